@@ -1,0 +1,58 @@
+"""What the core asks its host to do next (SPEC section 2).
+
+Drivers carry these out and feed back what happened: an `Outcome` after an
+`Attempt`, `waited` after a `Wait`, `rebuilt`/`rebuild_failed` after a
+`Rebuild`. `Finish` and `Fail` end the turn.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:
+    from .errors import TurnFailed
+    from .policy import CredentialRef, Target
+
+
+@attrs.frozen(slots=True)
+class Attempt:
+    """Call `target` with `credential`; `timeout` is what is left of the deadline."""
+
+    target: Target
+    credential: CredentialRef
+    timeout: float
+    number: int  # 1-based attempt number within the turn
+
+
+@attrs.frozen(slots=True)
+class Wait:
+    """Sleep `seconds` (interruptibly), then feed `waited`."""
+
+    seconds: float
+    reason: str
+
+
+@attrs.frozen(slots=True)
+class Rebuild:
+    """Close and recreate `target`'s client (transport recovery), then feed `rebuilt`."""
+
+    target: Target
+
+
+@attrs.frozen(slots=True)
+class Finish:
+    """The turn is done; `result` is the successful attempt's value."""
+
+    result: Any = attrs.field(repr=False)
+
+
+@attrs.frozen(slots=True)
+class Fail:
+    """The turn ended in `failed` or `aborted`; `error` says why, per target."""
+
+    error: TurnFailed
+
+
+Action = Attempt | Wait | Rebuild | Finish | Fail

@@ -1,0 +1,115 @@
+"""Backoff and Retry-After arithmetic, safe for any input.
+
+Exponential growth is computed in log space so that attempt 10**6 neither
+overflows nor loses the cap; Retry-After values from the wire are parsed
+defensively (negative, zero, NaN, inf, 1e308, dates in the past, garbage).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import re
+from collections.abc import Callable, Mapping
+
+from .policy import Backoff, Cooldown
+
+
+def exp_cap(initial: float, multiplier: float, cap: float, n: int) -> float:
+    """min(cap, initial * multiplier**n) without overflow, for n >= 0."""
+    if n <= 0 or multiplier <= 1.0 or initial <= 0.0:
+        return min(cap, initial)
+    # log(initial) + n*log(multiplier) > log(cap)  <=>  the product exceeds cap
+    if math.log(initial) + n * math.log(multiplier) >= math.log(cap) if cap > 0 else True:
+        return cap
+    return min(cap, initial * multiplier**n)
+
+
+def backoff_delay(b: Backoff, retry_number: int, random: Callable[[], float]) -> float:
+    """Delay before retry number `retry_number` (0 = first retry); full jitter."""
+    ceiling = exp_cap(b.initial, b.multiplier, b.cap, max(0, retry_number))
+    if not b.jitter:
+        return ceiling
+    r = random()
+    if not (0.0 <= r <= 1.0) or math.isnan(r):
+        r = 1.0
+    return ceiling * r
+
+
+def cooldown_for(c: Cooldown, streak: int) -> float:
+    """Cross-turn cooldown after the `streak`-th consecutive hard failure (1-based)."""
+    return exp_cap(c.initial, c.multiplier, c.cap, max(0, streak - 1))
+
+
+_NUMBER = re.compile(r"^\s*[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*$")
+_BODY_HINT = re.compile(
+    r"(?:try again in|retry after|retry in|please wait)\s*([0-9]+(?:\.[0-9]+)?)\s*"
+    r"(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)?",
+    re.IGNORECASE,
+)
+
+#: Anything larger is treated as "a very long time" (one day); keeps arithmetic finite.
+MAX_RETRY_AFTER = 86_400.0
+
+
+def _clean(seconds: float) -> float | None:
+    if math.isnan(seconds):
+        return None
+    if seconds <= 0:
+        return 0.0
+    return min(seconds, MAX_RETRY_AFTER)
+
+
+def parse_seconds(text: str | None) -> float | None:
+    """A delta-seconds value, or None when it is not a number."""
+    if text is None or not _NUMBER.match(text):
+        return None
+    try:
+        return _clean(float(text))
+    except (ValueError, OverflowError):
+        return None
+
+
+def parse_retry_after(
+    headers: Mapping[str, str] | None,
+    body: str | None = None,
+    now: float | None = None,
+) -> float | None:
+    """Seconds to wait, from `retry-after-ms`, `retry-after` (seconds or an
+    HTTP date) or a hint in the error body; None when nothing usable.
+
+    `now` is the wall-clock time (epoch seconds) for HTTP dates; a date in the
+    past means 0. Results are finite and within [0, MAX_RETRY_AFTER].
+    """
+    h = {k.lower(): v for k, v in (headers or {}).items()} if headers else {}
+    ms = parse_seconds(h.get("retry-after-ms"))
+    if ms is not None:
+        return _clean(ms / 1000.0)
+    raw = h.get("retry-after")
+    if raw is not None:
+        s = parse_seconds(raw)
+        if s is not None:
+            return s
+        try:
+            when = email.utils.parsedate_to_datetime(raw.strip())
+        except (TypeError, ValueError, IndexError, OverflowError):
+            when = None
+        if when is not None and now is not None:
+            try:
+                return _clean(when.timestamp() - now)
+            except (OverflowError, OSError, ValueError):
+                return None
+    if body:
+        m = _BODY_HINT.search(body[:4096])
+        if m:
+            try:
+                value = float(m.group(1))
+            except (ValueError, OverflowError):
+                return None
+            unit = (m.group(2) or "s").lower()
+            if unit.startswith("ms") or unit.startswith("milli"):
+                value /= 1000.0
+            elif unit.startswith("m"):
+                value *= 60.0
+            return _clean(value)
+    return None

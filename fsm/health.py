@@ -1,0 +1,99 @@
+"""What outlives a turn: cooldowns per target and per credential, failure streaks.
+
+In-memory and thread-safe. Times are in the clock domain of the turns that
+use the store (by default `fsm.clock.now`, monotonic seconds).
+
+Cooldowns never extend themselves: while one is active, a new failure
+report for the same key leaves its end where it is (such reports come from
+turns that were already in flight when the cooldown began).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+
+TargetKey = Hashable
+CredKey = tuple[Hashable, str]
+
+
+class HealthStore:
+    """Cross-turn facts. All methods take `now` so that the store stays clock-agnostic."""
+
+    __slots__ = ("_cred_until", "_lock", "_rr", "_streak", "_target_until")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._target_until: dict[TargetKey, float] = {}
+        self._cred_until: dict[CredKey, float] = {}
+        self._streak: dict[TargetKey, int] = {}
+        self._rr: dict[TargetKey, int] = {}
+
+    # -- reads (lock-free: single dict lookups are atomic in CPython) ---------------------
+    def target_until(self, target: TargetKey) -> float:
+        return self._target_until.get(target, 0.0)
+
+    def credential_until(self, target: TargetKey, cred: str) -> float:
+        return self._cred_until.get((target, cred), 0.0)
+
+    def streak(self, target: TargetKey) -> int:
+        return self._streak.get(target, 0)
+
+    # -- writes ---------------------------------------------------------------------------
+    def cool_target(self, target: TargetKey, until: float, now: float) -> float:
+        """Bench `target` until `until` unless already benched; returns the end in force."""
+        with self._lock:
+            current = self._target_until.get(target, 0.0)
+            if current > now:
+                return current
+            self._target_until[target] = until
+            return until
+
+    def cool_credential(self, target: TargetKey, cred: str, until: float, now: float) -> float:
+        """Bench one credential of one target (never another target's)."""
+        key = (target, cred)
+        with self._lock:
+            current = self._cred_until.get(key, 0.0)
+            if current > now:
+                return current
+            self._cred_until[key] = until
+            return until
+
+    def failed(self, target: TargetKey) -> int:
+        """Count a hard failure; returns the new streak (drives exponential cooldown)."""
+        with self._lock:
+            n = self._streak.get(target, 0) + 1
+            self._streak[target] = n
+            return n
+
+    def succeeded(self, target: TargetKey, cred: str) -> None:
+        """A success clears the target's streak and any stale bench on it."""
+        if not self._streak and not self._target_until and not self._cred_until:
+            return
+        with self._lock:
+            self._streak.pop(target, None)
+            self._target_until.pop(target, None)
+            self._cred_until.pop((target, cred), None)
+
+    def next_round_robin(self, target: TargetKey, size: int) -> int:
+        """The starting slot for a round-robin pool (advances on every call)."""
+        with self._lock:
+            n = self._rr.get(target, -1) + 1
+            self._rr[target] = n
+            return n % size
+
+    def clear(self) -> None:
+        with self._lock:
+            self._target_until.clear()
+            self._cred_until.clear()
+            self._streak.clear()
+            self._rr.clear()
+
+    def snapshot(self) -> dict[str, object]:
+        """A copy for debugging and tests (credential ids only, never keys)."""
+        with self._lock:
+            return {
+                "targets": dict(self._target_until),
+                "credentials": dict(self._cred_until),
+                "streaks": dict(self._streak),
+            }

@@ -1,0 +1,65 @@
+"""What an attempt produced, classified.
+
+The engine never looks at exceptions or HTTP responses: a classifier turns
+them into one `Outcome`, and the machine's triggers are the outcome kinds.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+
+class OutcomeKind(enum.StrEnum):
+    """The outcome classes of SPEC section 4; each is a trigger of the machine."""
+
+    SUCCESS = "success"
+    TRANSPORT = "transport"  # timeout, connection reset, DNS, pre-first-byte read errors
+    RATE_LIMITED = "rate_limited"  # 429 (with or without Retry-After)
+    QUOTA = "quota"  # 429 insufficient_quota, 402
+    OVERLOADED = "overloaded"  # 500, 502, 503, 504, 529, 429 "overloaded"
+    AUTH = "auth"  # 401, 403
+    NOT_FOUND = "not_found"  # 404 model, 400 unknown model
+    CONTEXT_TOO_LONG = "context_too_long"
+    CONTENT_FILTERED = "content_filtered"
+    BAD_REQUEST = "bad_request"  # any other 4xx, and unclassifiable errors
+    STREAM_INTERRUPTED = "stream_interrupted"  # failure after the first chunk was delivered
+    CANCELLED = "cancelled"  # asyncio cancellation, KeyboardInterrupt
+
+
+#: Outcome kinds an attempt can end with (everything but success and cancel).
+FAULT_KINDS: tuple[OutcomeKind, ...] = tuple(
+    k for k in OutcomeKind if k not in (OutcomeKind.SUCCESS, OutcomeKind.CANCELLED)
+)
+
+
+@attrs.frozen(slots=True)
+class Outcome:
+    """One classified attempt result.
+
+    `retry_after` is already parsed and sanitised (seconds, finite, >= 0) or
+    None. `detail` is a short human text that must never hold a secret; the
+    original exception rides along in `error` (excluded from repr/eq).
+    """
+
+    kind: OutcomeKind = attrs.field(converter=OutcomeKind)
+    status: int | None = None
+    retry_after: float | None = None
+    detail: str = ""
+    partial: str | None = None
+    value: Any = attrs.field(default=None, repr=False, eq=False)
+    error: BaseException | None = attrs.field(default=None, repr=False, eq=False)
+
+    @classmethod
+    def success(cls, value: Any = None) -> Outcome:
+        return cls(OutcomeKind.SUCCESS, value=value)
+
+    @classmethod
+    def of(cls, kind: str | OutcomeKind, **kw: Any) -> Outcome:
+        return cls(OutcomeKind(kind), **kw)
+
+
+SUCCESS = Outcome(OutcomeKind.SUCCESS)
+CANCELLED = Outcome(OutcomeKind.CANCELLED, detail="cancelled")

@@ -1,0 +1,609 @@
+"""The policy: the chain of targets and how each outcome class is handled.
+
+Frozen attrs classes, validated at construction. A bad policy raises one
+`PolicyError` naming every bad field and value (secrets shown as ``***``).
+`Policy.from_dict` / `Policy.from_toml` accept the common
+``fallback_providers`` shape.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from .errors import MissingCredential, PolicyError, Problem
+from .outcomes import OutcomeKind
+
+Rotation = Literal["fill_first", "round_robin"]
+_ROTATIONS = ("fill_first", "round_robin")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Problems:
+    """Collects problems under a path prefix; raises them together."""
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+        self.items: list[Problem] = []
+
+    def add(self, field: str, value: object, message: str, secret: bool = False) -> None:
+        path = f"{self.prefix}{field}" if field.startswith("[") or not self.prefix else (
+            f"{self.prefix}.{field}"
+        )
+        shown = "***" if secret else _short_repr(value)
+        self.items.append(Problem(path or "<policy>", shown, message))
+
+    def extend(self, sub: PolicyError, field: str) -> None:
+        for p in sub.problems:
+            base = f"{self.prefix}.{field}" if self.prefix else field
+            path = f"{base}.{p.path}" if not p.path.startswith("[") else f"{base}{p.path}"
+            self.items.append(attrs.evolve(p, path=path))
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise PolicyError(self.items)
+
+
+def _short_repr(value: object) -> str:
+    if value is _MISSING:
+        return ""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_MISSING = object()
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+@attrs.frozen(slots=True, repr=False)
+class Secret:
+    """A key that never shows itself in repr, str, logs or diagrams."""
+
+    _value: str = attrs.field(alias="value")
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+
+@attrs.frozen(slots=True)
+class Credential:
+    """One API key of a target's pool: a literal key or an env var read at use time.
+
+    `id` is the safe name that traces and logs show (``env:NAME`` or
+    ``key#N``); the key itself only leaves through `resolve()`.
+    """
+
+    id: str
+    env: str | None = None
+    key: Secret | None = None
+
+    def __attrs_post_init__(self) -> None:
+        ps = _Problems()
+        if (self.env is None) == (self.key is None):
+            ps.add("credential", _MISSING, "give exactly one of key_env or api_key")
+        if self.env is not None and not (isinstance(self.env, str) and _ENV_NAME.match(self.env)):
+            ps.add("key_env", self.env, "must be an environment variable name")
+        if self.key is not None and (
+            not isinstance(self.key, Secret) or not isinstance(self.key.reveal(), str)
+            or not self.key.reveal().strip()
+        ):
+            ps.add("api_key", self.key, "must be a non-empty string", secret=True)
+        ps.raise_if_any()
+
+    def resolve(self, target: str = "?") -> str:
+        """The key, read now (env vars are read at use time, never cached)."""
+        if self.key is not None:
+            return self.key.reveal()
+        assert self.env is not None
+        value = os.environ.get(self.env, "")
+        if not value.strip():
+            raise MissingCredential(self.env, target)
+        return value
+
+    @classmethod
+    def from_env(cls, name: str) -> Credential:
+        return cls(id=f"env:{name}", env=name)
+
+    @classmethod
+    def literal(cls, key: str, n: int = 1) -> Credential:
+        return cls(id=f"key#{n}", key=Secret(key))
+
+
+def _default_credentials() -> tuple[Credential, ...]:
+    return ()
+
+
+@attrs.frozen(slots=True)
+class Target:
+    """One entry of the chain. `index` 0 is the primary (set by the Policy)."""
+
+    provider: str
+    model: str
+    base_url: str | None = None
+    context_length: int | None = None
+    credentials: tuple[Credential, ...] = attrs.field(
+        factory=_default_credentials, converter=tuple
+    )
+    rotation: Rotation = "fill_first"
+    index: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        ps = _Problems()
+        for name in ("provider", "model"):
+            v = getattr(self, name)
+            if not isinstance(v, str) or not v.strip():
+                ps.add(name, v, "must be a non-empty string")
+        if self.base_url is not None and not (
+            isinstance(self.base_url, str) and re.match(r"^https?://[^\s/]+", self.base_url)
+        ):
+            ps.add("base_url", self.base_url, "must be an http:// or https:// URL")
+        if self.context_length is not None and not (
+            _is_int(self.context_length) and self.context_length > 0
+        ):
+            ps.add("context_length", self.context_length, "must be a positive integer")
+        if self.rotation not in _ROTATIONS:
+            ps.add("rotation", self.rotation, f"must be one of {', '.join(_ROTATIONS)}")
+        for i, c in enumerate(self.credentials):
+            if not isinstance(c, Credential):
+                ps.add(f"credentials[{i}]", c, "must be a Credential")
+        ids = [c.id for c in self.credentials if isinstance(c, Credential)]
+        if len(set(ids)) != len(ids):
+            ps.add("credentials", ids, "credential ids must be unique")
+        if not _is_int(self.index) or self.index < 0:
+            ps.add("index", self.index, "must be an integer >= 0")
+        ps.raise_if_any()
+
+    @property
+    def name(self) -> str:
+        """The state-name prefix: ``primary``, ``fallback_1``, ..."""
+        return "primary" if self.index == 0 else f"fallback_{self.index}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """Identity across turns and policies (health store key)."""
+        return (self.provider, self.base_url or "", self.model)
+
+    def same_as(self, other: Target) -> bool:
+        """Identical entries (same provider+model, or same base_url+model) are skipped."""
+        if self.model != other.model:
+            return False
+        return self.provider == other.provider or (
+            self.base_url is not None and self.base_url == other.base_url
+        )
+
+    def pool(self) -> tuple[Credential, ...]:
+        """The credential pool; a target without credentials has one anonymous slot."""
+        return self.credentials or (_ANONYMOUS,)
+
+
+_ANONYMOUS = Credential(id="none", key=Secret("-"))
+
+
+@attrs.frozen(slots=True)
+class Backoff:
+    """Exponential backoff with full jitter: wait = U(0, min(cap, initial * multiplier**n))."""
+
+    initial: float = 0.5
+    multiplier: float = 2.0
+    cap: float = 8.0
+    jitter: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        ps = _Problems()
+        _check_seconds(ps, "initial", self.initial)
+        if not _is_number(self.multiplier) or self.multiplier < 1:
+            ps.add("multiplier", self.multiplier, "must be a finite number >= 1")
+        _check_seconds(ps, "cap", self.cap)
+        if _is_number(self.initial) and _is_number(self.cap) and self.cap < self.initial:
+            ps.add("cap", self.cap, f"must be >= initial ({self.initial})")
+        if not isinstance(self.jitter, bool):
+            ps.add("jitter", self.jitter, "must be true or false")
+        ps.raise_if_any()
+
+
+@attrs.frozen(slots=True)
+class Cooldown:
+    """Cross-turn cooldown after a hard failure when no Retry-After says otherwise."""
+
+    initial: float = 5.0
+    multiplier: float = 2.0
+    cap: float = 300.0
+
+    def __attrs_post_init__(self) -> None:
+        ps = _Problems()
+        _check_seconds(ps, "initial", self.initial)
+        if not _is_number(self.multiplier) or self.multiplier < 1:
+            ps.add("multiplier", self.multiplier, "must be a finite number >= 1")
+        _check_seconds(ps, "cap", self.cap)
+        ps.raise_if_any()
+
+
+def _check_seconds(ps: _Problems, name: str, v: object, positive: bool = False) -> None:
+    if not _is_number(v) or v < 0 or (positive and v == 0):  # type: ignore[operator]
+        ps.add(name, v, f"must be a finite number of seconds {'> 0' if positive else '>= 0'}")
+
+
+@attrs.frozen(slots=True)
+class Rule:
+    """How one outcome class is handled: retry the same target, rotate the
+    credential, fall back to the next eligible target, and whether it puts
+    the target (or credential) into a cross-turn cooldown. With none of the
+    first three the turn fails."""
+
+    retry: bool = False
+    rotate: bool = False
+    fall_back: bool = False
+    cooldown: bool = False
+
+
+# What may be configured per kind; everything else is a safety property.
+_RETRYABLE = {OutcomeKind.TRANSPORT, OutcomeKind.RATE_LIMITED, OutcomeKind.OVERLOADED}
+_ROTATABLE = {OutcomeKind.RATE_LIMITED, OutcomeKind.QUOTA, OutcomeKind.AUTH}
+_NO_FALLBACK = {OutcomeKind.STREAM_INTERRUPTED}
+
+DEFAULT_RULES: Mapping[OutcomeKind, Rule] = {
+    OutcomeKind.TRANSPORT: Rule(retry=True, fall_back=True),
+    OutcomeKind.RATE_LIMITED: Rule(retry=True, rotate=True, fall_back=True, cooldown=True),
+    OutcomeKind.QUOTA: Rule(rotate=True, fall_back=True, cooldown=True),
+    OutcomeKind.OVERLOADED: Rule(retry=True, fall_back=True, cooldown=True),
+    OutcomeKind.AUTH: Rule(rotate=True, fall_back=True, cooldown=True),
+    OutcomeKind.NOT_FOUND: Rule(fall_back=True, cooldown=True),
+    OutcomeKind.CONTEXT_TOO_LONG: Rule(fall_back=True),
+    OutcomeKind.CONTENT_FILTERED: Rule(),
+    OutcomeKind.BAD_REQUEST: Rule(),
+    OutcomeKind.STREAM_INTERRUPTED: Rule(),
+}
+
+
+def _rules_converter(value: Mapping[Any, Any] | None) -> Mapping[OutcomeKind, Rule]:
+    merged: dict[OutcomeKind, Rule] = dict(DEFAULT_RULES)
+    if value:
+        for k, v in value.items():
+            try:
+                kind = OutcomeKind(k)
+            except ValueError:
+                kind = k  # left for validation to name
+            merged[kind] = v
+    return merged
+
+
+@attrs.frozen(slots=True)
+class Policy:
+    """Everything that shapes a turn. Build once, share across turns and threads."""
+
+    targets: tuple[Target, ...] = attrs.field(converter=tuple)
+    max_attempts: int = 3
+    transport_faults_before_recovery: int = 2
+    recover_transport: bool = True
+    backoff: Backoff = attrs.field(factory=Backoff)
+    retry_after_cap: float = 30.0
+    deadline: float = 120.0
+    attempt_timeout: float = 60.0
+    prefer_waiting: bool = False
+    continue_streams: bool = False
+    cooldown: Cooldown = attrs.field(factory=Cooldown)
+    rules: Mapping[OutcomeKind, Rule] = attrs.field(
+        factory=dict, converter=_rules_converter
+    )
+
+    def __attrs_post_init__(self) -> None:
+        ps = _Problems()
+        if not self.targets:
+            ps.add("targets", self.targets, "the chain needs at least one target (the primary)")
+        fixed = []
+        for i, t in enumerate(self.targets):
+            if not isinstance(t, Target):
+                ps.add(f"targets[{i}]", t, "must be a Target")
+                continue
+            fixed.append(t if t.index == i else attrs.evolve(t, index=i))
+        object.__setattr__(self, "targets", tuple(fixed))
+        for name in ("max_attempts", "transport_faults_before_recovery"):
+            v = getattr(self, name)
+            if not _is_int(v) or not 1 <= v <= 1000:
+                ps.add(name, v, "must be an integer between 1 and 1000")
+        for name in ("recover_transport", "prefer_waiting", "continue_streams"):
+            if not isinstance(getattr(self, name), bool):
+                ps.add(name, getattr(self, name), "must be true or false")
+        _check_seconds(ps, "retry_after_cap", self.retry_after_cap)
+        _check_seconds(ps, "deadline", self.deadline, positive=True)
+        _check_seconds(ps, "attempt_timeout", self.attempt_timeout, positive=True)
+        if not isinstance(self.backoff, Backoff):
+            ps.add("backoff", self.backoff, "must be a Backoff")
+        if not isinstance(self.cooldown, Cooldown):
+            ps.add("cooldown", self.cooldown, "must be a Cooldown")
+        for kind, rule in self.rules.items():
+            _check_rule(ps, kind, rule, self.continue_streams)
+        ps.raise_if_any()
+
+    # -- derived facts the machine reads -------------------------------------------------
+    def rule(self, kind: OutcomeKind) -> Rule:
+        return self.rules[kind]
+
+    @property
+    def primary(self) -> Target:
+        return self.targets[0]
+
+    @property
+    def fallbacks(self) -> tuple[Target, ...]:
+        return self.targets[1:]
+
+    def secrets(self) -> list[str]:
+        """Every key this policy can use right now (for redaction)."""
+        out = []
+        for t in self.targets:
+            for c in t.credentials:
+                if c.key is not None:
+                    out.append(c.key.reveal())
+                elif c.env and os.environ.get(c.env, "").strip():
+                    out.append(os.environ[c.env])
+        return [s for s in out if len(s) >= 4]
+
+    # -- loading ------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str | None = None) -> Policy:
+        """Build from plain data (TOML/JSON/YAML shape); see README for the fields."""
+        try:
+            return _policy_from_dict(data)
+        except PolicyError as e:
+            raise PolicyError(e.problems, source) from None
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> Policy:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise PolicyError([Problem(str(p), "", f"cannot read policy file: {e.strerror}")])
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise PolicyError([Problem(str(p), "", f"not valid TOML: {e}")]) from None
+        try:
+            return _policy_from_dict(data)
+        except PolicyError as e:
+            located = [attrs.evolve(pr, line=_locate(text, pr.path)) for pr in e.problems]
+            raise PolicyError(located, str(p)) from None
+
+
+def _check_rule(ps: _Problems, kind: object, rule: object, continue_streams: bool) -> None:
+    if not isinstance(kind, OutcomeKind) or kind in (OutcomeKind.SUCCESS, OutcomeKind.CANCELLED):
+        choices = ", ".join(k.value for k in DEFAULT_RULES)
+        ps.add(f"rules.{kind}", _MISSING, f"unknown outcome class (choose from {choices})")
+        return
+    if not isinstance(rule, Rule):
+        ps.add(f"rules.{kind.value}", rule, "must be a Rule")
+        return
+    path = f"rules.{kind.value}"
+    for f in ("retry", "rotate", "fall_back", "cooldown"):
+        if not isinstance(getattr(rule, f), bool):
+            ps.add(f"{path}.{f}", getattr(rule, f), "must be true or false")
+    retryable = _RETRYABLE | ({OutcomeKind.STREAM_INTERRUPTED} if continue_streams else set())
+    if rule.retry and kind not in retryable:
+        ps.add(f"{path}.retry", True, f"{kind.value} is never retried on the same target "
+               "and credential (only transport, rate_limited and overloaded are retryable)")
+    if rule.rotate and kind not in _ROTATABLE:
+        ps.add(f"{path}.rotate", True, f"{kind.value} is not the key's fault; only "
+               "rate_limited, quota and auth rotate credentials")
+    if rule.fall_back and kind in _NO_FALLBACK:
+        ps.add(f"{path}.fall_back", True, "a committed stream is never replayed on another target")
+
+
+# -- dict loading ---------------------------------------------------------------------------
+
+_TARGET_KEYS = {
+    "provider", "model", "base_url", "context_length", "key_env", "key_envs", "api_key",
+    "api_keys", "rotation",
+}
+_POLICY_KEYS = {
+    "primary", "targets", "fallback_providers", "max_attempts",
+    "transport_faults_before_recovery", "recover_transport", "backoff", "retry_after_cap",
+    "deadline", "attempt_timeout", "prefer_waiting", "continue_streams", "cooldown", "rules",
+}
+_SECRET_KEYS = {"api_key", "api_keys"}
+
+
+def _unknown(ps: _Problems, data: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
+    allowed = sorted(allowed)
+    for k in data:
+        if k not in allowed:
+            near = difflib.get_close_matches(str(k), allowed, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else f" (known: {', '.join(allowed)})"
+            ps.add(f"{where}{k}" if where else str(k), _MISSING, f"unknown field{hint}")
+
+
+def _target_from_dict(data: Any, path: str, ps: _Problems) -> Target | None:
+    if not isinstance(data, Mapping):
+        ps.add(path, data, "must be a table with provider, model, base_url, key_env|api_key")
+        return None
+    _unknown(ps, data, _TARGET_KEYS, f"{path}.")
+    creds: list[Credential] = []
+    envs = list(_as_list(data.get("key_env"))) + list(_as_list(data.get("key_envs")))
+    keys = list(_as_list(data.get("api_key"))) + list(_as_list(data.get("api_keys")))
+    for e in envs:
+        if not isinstance(e, str) or not _ENV_NAME.match(e):
+            ps.add(f"{path}.key_env", e, "must be an environment variable name")
+        else:
+            creds.append(Credential.from_env(e))
+    for n, k in enumerate(keys, start=1):
+        if not isinstance(k, str) or not k.strip():
+            ps.add(f"{path}.api_key", k, "must be a non-empty string", secret=True)
+        else:
+            creds.append(Credential.literal(k, n))
+    missing = [k for k in ("provider", "model") if k not in data]
+    for k in missing:
+        ps.add(f"{path}.{k}", _MISSING, "missing (required)")
+    try:
+        target = Target(
+            provider=data.get("provider", "?"),
+            model=data.get("model", "?"),
+            base_url=data.get("base_url"),
+            context_length=data.get("context_length"),
+            credentials=tuple(creds),
+            rotation=data.get("rotation", "fill_first"),
+        )
+        return None if missing else target
+    except PolicyError as e:
+        ps.extend(e, path)
+        return None
+    except (TypeError, ValueError) as e:  # pragma: no cover - defensive
+        ps.add(path, _MISSING, str(e))
+        return None
+
+
+def _as_list(v: Any) -> Sequence[Any]:
+    if v is None:
+        return ()
+    return list(v) if isinstance(v, list | tuple) else [v]
+
+
+def _sub(
+    ps: _Problems, data: Mapping[str, Any], key: str, cls: Callable[..., Any], fields: Sequence[str]
+) -> Any:
+    raw = data.get(key)
+    if raw is None:
+        return cls()
+    if not isinstance(raw, Mapping):
+        ps.add(key, raw, "must be a table")
+        return cls()
+    _unknown(ps, raw, fields, f"{key}.")
+    try:
+        return cls(**{k: raw[k] for k in fields if k in raw})
+    except PolicyError as e:
+        ps.extend(e, key)
+        return cls()
+
+
+def _policy_from_dict(data: Mapping[str, Any]) -> Policy:
+    ps = _Problems()
+    if not isinstance(data, Mapping):
+        raise PolicyError([Problem("<policy>", _short_repr(data), "must be a table/dict")])
+    _unknown(ps, data, _POLICY_KEYS, "")
+    targets: list[Target | None] = []
+    if "targets" in data:
+        if "primary" in data:
+            ps.add("targets", _MISSING, "give either targets or primary, not both")
+        raw = data["targets"]
+        if not isinstance(raw, list):
+            ps.add("targets", raw, "must be a list of tables")
+        else:
+            targets += [_target_from_dict(t, f"targets[{i}]", ps) for i, t in enumerate(raw)]
+    elif "primary" in data:
+        targets.append(_target_from_dict(data["primary"], "primary", ps))
+    else:
+        ps.add("primary", _MISSING, "missing (required): the primary target")
+    fb = data.get("fallback_providers", [])
+    if not isinstance(fb, list):
+        ps.add("fallback_providers", fb, "must be a list of tables")
+    else:
+        targets += [
+            _target_from_dict(t, f"fallback_providers[{i}]", ps) for i, t in enumerate(fb)
+        ]
+    backoff = _sub(ps, data, "backoff", Backoff, ("initial", "multiplier", "cap", "jitter"))
+    cooldown = _sub(ps, data, "cooldown", Cooldown, ("initial", "multiplier", "cap"))
+    rules: dict[Any, Rule] = {}
+    raw_rules = data.get("rules", {})
+    if not isinstance(raw_rules, Mapping):
+        ps.add("rules", raw_rules, "must be a table of outcome classes")
+    else:
+        for kind, spec in raw_rules.items():
+            try:
+                k = OutcomeKind(kind)
+            except ValueError:
+                k = None
+            if k is None or k not in DEFAULT_RULES:
+                choices = ", ".join(x.value for x in DEFAULT_RULES)
+                ps.add(f"rules.{kind}", _MISSING, f"unknown outcome class (choose from {choices})")
+                continue
+            if not isinstance(spec, Mapping):
+                ps.add(f"rules.{kind}", spec, "must be a table of retry/rotate/fall_back/cooldown")
+                continue
+            _unknown(ps, spec, ("retry", "rotate", "fall_back", "cooldown"), f"rules.{kind}.")
+            base = DEFAULT_RULES[k]
+            vals = {f: spec.get(f, getattr(base, f)) for f in ("retry", "rotate", "fall_back",
+                                                              "cooldown")}
+            rules[k] = Rule(**vals)
+    scalars = {
+        k: data[k]
+        for k in ("max_attempts", "transport_faults_before_recovery", "recover_transport",
+                  "retry_after_cap", "deadline", "attempt_timeout", "prefer_waiting",
+                  "continue_streams")
+        if k in data
+    }
+    good_targets = [t for t in targets if t is not None]
+    if ps.items or len(good_targets) != len(targets):
+        # Validate the scalars too so that one error lists everything.
+        try:
+            Policy(targets=good_targets or [Target("x", "x")], backoff=backoff,
+                   cooldown=cooldown, rules=rules, **scalars)
+        except PolicyError as e:
+            ps.items += [p for p in e.problems if not p.path.startswith("targets")]
+        ps.raise_if_any()
+    try:
+        return Policy(targets=good_targets, backoff=backoff, cooldown=cooldown, rules=rules,
+                      **scalars)
+    except PolicyError as e:
+        ps.items += list(e.problems)
+        ps.raise_if_any()
+        raise  # pragma: no cover
+
+
+def _locate(text: str, path: str) -> int | None:
+    """Best-effort line number of a policy path in TOML text (1-based)."""
+    m = re.match(r"^([A-Za-z_]+)(?:\[(\d+)\])?(?:\.(.+))?$", path)
+    if not m:
+        return None
+    head, idx, rest = m.group(1), m.group(2), m.group(3)
+    lines = text.splitlines()
+    if rest is None and idx is None:
+        key = head
+        for n, line in enumerate(lines, 1):
+            if re.match(r"^\s*\[", line):
+                break
+            if re.match(rf"^\s*{re.escape(key)}\s*=", line):
+                return n
+        for n, line in enumerate(lines, 1):
+            if re.match(rf"^\s*\[+\s*{re.escape(key)}\s*\]+", line):
+                return n
+        return None
+    # find the table header: [head] or the idx-th [[head]]
+    count = -1
+    start = None
+    for n, line in enumerate(lines, 1):
+        hm = re.match(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-]+)\s*\]\]?", line)
+        if hm and hm.group(2) == head:
+            count += 1
+            if idx is None or count == int(idx):
+                start = n
+                break
+    if start is None:
+        return None
+    if rest is None:
+        return start
+    key = rest.split(".")[-1]
+    for n in range(start, len(lines)):
+        line = lines[n]
+        if re.match(r"^\s*\[", line):
+            break
+        if re.match(rf"^\s*{re.escape(key)}\s*=", line):
+            return n + 1
+    return start
