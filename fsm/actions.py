@@ -13,7 +13,7 @@ import attrs
 
 if TYPE_CHECKING:
     from .errors import TurnFailed
-    from .policy import CredentialRef, Target
+    from .policy import Credential, Target
 
 
 @attrs.frozen(slots=True)
@@ -21,7 +21,7 @@ class Attempt:
     """Call `target` with `credential`; `timeout` is what is left of the deadline."""
 
     target: Target
-    credential: CredentialRef
+    credential: Credential
     timeout: float
     number: int  # 1-based attempt number within the turn
 

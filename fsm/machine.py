@@ -171,9 +171,16 @@ def _declare(policy: Policy) -> Declaration:
     for j in range(n):
         tr.append(Transition(START, IDLE, targets[j].name, "first_is", "enter", j))
     for j in range(n):
-        tr.append(Transition(
-            START, IDLE, state_name(targets[j].name, RATE_LIMITED), "soonest_is",
-            "wait_for_target", j))
+        tr.append(
+            Transition(
+                START,
+                IDLE,
+                state_name(targets[j].name, RATE_LIMITED),
+                "soonest_is",
+                "wait_for_target",
+                j,
+            )
+        )
     tr.append(Transition(START, IDLE, FAILED, None, "fail"))
 
     for t in targets:
@@ -184,7 +191,9 @@ def _declare(policy: Policy) -> Declaration:
             for j in range(i + 1, n)
         ]
 
-        def to_fallbacks(kind: str, src: str = here) -> Iterator[Transition]:
+        def to_fallbacks(
+            kind: str, src: str = here, fallbacks: list[Transition] = fallbacks
+        ) -> Iterator[Transition]:
             for f in fallbacks:
                 yield attrs.evolve(f, trigger=kind, source=src)
 
@@ -195,15 +204,24 @@ def _declare(policy: Policy) -> Declaration:
             k = kind.value
             if kind is OutcomeKind.TRANSPORT:
                 if rule.retry:
-                    tr.append(Transition(k, here, state_name(here, TIMING_OUT),
-                                         "transport_retry", "back_off"))
+                    tr.append(
+                        Transition(
+                            k, here, state_name(here, TIMING_OUT), "transport_retry", "back_off"
+                        )
+                    )
                     if policy.recover_transport:
-                        tr.append(Transition(k, here, state_name(here, RECOVERING),
-                                             "can_recover", "rebuild"))
+                        tr.append(
+                            Transition(
+                                k, here, state_name(here, RECOVERING), "can_recover", "rebuild"
+                            )
+                        )
             elif kind is OutcomeKind.OVERLOADED:
                 if rule.retry:
-                    tr.append(Transition(k, here, state_name(here, BACKING_OFF),
-                                         "overload_retry", "back_off"))
+                    tr.append(
+                        Transition(
+                            k, here, state_name(here, BACKING_OFF), "overload_retry", "back_off"
+                        )
+                    )
             elif kind is OutcomeKind.STREAM_INTERRUPTED:
                 if rule.retry:
                     tr.append(Transition(k, here, here, "stream_retry", "attempt"))
@@ -211,13 +229,19 @@ def _declare(policy: Policy) -> Declaration:
                 tr.append(Transition(k, here, here, "can_rotate", "rotate"))
             waits_here = kind is OutcomeKind.RATE_LIMITED and rule.retry
             if waits_here and policy.prefer_waiting:
-                tr.append(Transition(k, here, state_name(here, RATE_LIMITED), "can_wait",
-                                     "wait_rate_limit"))
+                tr.append(
+                    Transition(
+                        k, here, state_name(here, RATE_LIMITED), "can_wait", "wait_rate_limit"
+                    )
+                )
             if rule.fall_back:
                 tr.extend(to_fallbacks(k))
             if waits_here and not policy.prefer_waiting:
-                tr.append(Transition(k, here, state_name(here, RATE_LIMITED), "can_wait",
-                                     "wait_rate_limit"))
+                tr.append(
+                    Transition(
+                        k, here, state_name(here, RATE_LIMITED), "can_wait", "wait_rate_limit"
+                    )
+                )
             tr.append(Transition(k, here, FAILED, None, "fail"))
 
         # Waiting and recovering phases.

@@ -35,8 +35,10 @@ class _Problems:
         self.items: list[Problem] = []
 
     def add(self, field: str, value: object, message: str, secret: bool = False) -> None:
-        path = f"{self.prefix}{field}" if field.startswith("[") or not self.prefix else (
-            f"{self.prefix}.{field}"
+        path = (
+            f"{self.prefix}{field}"
+            if field.startswith("[") or not self.prefix
+            else (f"{self.prefix}.{field}")
         )
         shown = "***" if secret else _short_repr(value)
         self.items.append(Problem(path or "<policy>", shown, message))
@@ -104,7 +106,8 @@ class Credential:
         if self.env is not None and not (isinstance(self.env, str) and _ENV_NAME.match(self.env)):
             ps.add("key_env", self.env, "must be an environment variable name")
         if self.key is not None and (
-            not isinstance(self.key, Secret) or not isinstance(self.key.reveal(), str)
+            not isinstance(self.key, Secret)
+            or not isinstance(self.key.reveal(), str)
             or not self.key.reveal().strip()
         ):
             ps.add("api_key", self.key, "must be a non-empty string", secret=True)
@@ -133,6 +136,14 @@ def _default_credentials() -> tuple[Credential, ...]:
     return ()
 
 
+def _cred_tuple(value: Iterable[Credential]) -> tuple[Credential, ...]:
+    return tuple(value)
+
+
+def _target_tuple(value: Iterable[Target]) -> tuple[Target, ...]:
+    return tuple(value)
+
+
 @attrs.frozen(slots=True)
 class Target:
     """One entry of the chain. `index` 0 is the primary (set by the Policy)."""
@@ -142,7 +153,7 @@ class Target:
     base_url: str | None = None
     context_length: int | None = None
     credentials: tuple[Credential, ...] = attrs.field(
-        factory=_default_credentials, converter=tuple
+        factory=_default_credentials, converter=_cred_tuple
     )
     rotation: Rotation = "fill_first"
     index: int = 0
@@ -291,7 +302,7 @@ def _rules_converter(value: Mapping[Any, Any] | None) -> Mapping[OutcomeKind, Ru
 class Policy:
     """Everything that shapes a turn. Build once, share across turns and threads."""
 
-    targets: tuple[Target, ...] = attrs.field(converter=tuple)
+    targets: tuple[Target, ...] = attrs.field(converter=_target_tuple)
     max_attempts: int = 3
     transport_faults_before_recovery: int = 2
     recover_transport: bool = True
@@ -302,9 +313,7 @@ class Policy:
     prefer_waiting: bool = False
     continue_streams: bool = False
     cooldown: Cooldown = attrs.field(factory=Cooldown)
-    rules: Mapping[OutcomeKind, Rule] = attrs.field(
-        factory=dict, converter=_rules_converter
-    )
+    rules: Mapping[OutcomeKind, Rule] = attrs.field(factory=dict, converter=_rules_converter)
 
     def __attrs_post_init__(self) -> None:
         ps = _Problems()
@@ -373,7 +382,9 @@ class Policy:
         try:
             text = p.read_text(encoding="utf-8")
         except OSError as e:
-            raise PolicyError([Problem(str(p), "", f"cannot read policy file: {e.strerror}")])
+            raise PolicyError(
+                [Problem(str(p), "", f"cannot read policy file: {e.strerror}")]
+            ) from None
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
@@ -399,11 +410,19 @@ def _check_rule(ps: _Problems, kind: object, rule: object, continue_streams: boo
             ps.add(f"{path}.{f}", getattr(rule, f), "must be true or false")
     retryable = _RETRYABLE | ({OutcomeKind.STREAM_INTERRUPTED} if continue_streams else set())
     if rule.retry and kind not in retryable:
-        ps.add(f"{path}.retry", True, f"{kind.value} is never retried on the same target "
-               "and credential (only transport, rate_limited and overloaded are retryable)")
+        ps.add(
+            f"{path}.retry",
+            True,
+            f"{kind.value} is never retried on the same target "
+            "and credential (only transport, rate_limited and overloaded are retryable)",
+        )
     if rule.rotate and kind not in _ROTATABLE:
-        ps.add(f"{path}.rotate", True, f"{kind.value} is not the key's fault; only "
-               "rate_limited, quota and auth rotate credentials")
+        ps.add(
+            f"{path}.rotate",
+            True,
+            f"{kind.value} is not the key's fault; only "
+            "rate_limited, quota and auth rotate credentials",
+        )
     if rule.fall_back and kind in _NO_FALLBACK:
         ps.add(f"{path}.fall_back", True, "a committed stream is never replayed on another target")
 
@@ -411,13 +430,31 @@ def _check_rule(ps: _Problems, kind: object, rule: object, continue_streams: boo
 # -- dict loading ---------------------------------------------------------------------------
 
 _TARGET_KEYS = {
-    "provider", "model", "base_url", "context_length", "key_env", "key_envs", "api_key",
-    "api_keys", "rotation",
+    "provider",
+    "model",
+    "base_url",
+    "context_length",
+    "key_env",
+    "key_envs",
+    "api_key",
+    "api_keys",
+    "rotation",
 }
 _POLICY_KEYS = {
-    "primary", "targets", "fallback_providers", "max_attempts",
-    "transport_faults_before_recovery", "recover_transport", "backoff", "retry_after_cap",
-    "deadline", "attempt_timeout", "prefer_waiting", "continue_streams", "cooldown", "rules",
+    "primary",
+    "targets",
+    "fallback_providers",
+    "max_attempts",
+    "transport_faults_before_recovery",
+    "recover_transport",
+    "backoff",
+    "retry_after_cap",
+    "deadline",
+    "attempt_timeout",
+    "prefer_waiting",
+    "continue_streams",
+    "cooldown",
+    "rules",
 }
 _SECRET_KEYS = {"api_key", "api_keys"}
 
@@ -515,9 +552,7 @@ def _policy_from_dict(data: Mapping[str, Any]) -> Policy:
     if not isinstance(fb, list):
         ps.add("fallback_providers", fb, "must be a list of tables")
     else:
-        targets += [
-            _target_from_dict(t, f"fallback_providers[{i}]", ps) for i, t in enumerate(fb)
-        ]
+        targets += [_target_from_dict(t, f"fallback_providers[{i}]", ps) for i, t in enumerate(fb)]
     backoff = _sub(ps, data, "backoff", Backoff, ("initial", "multiplier", "cap", "jitter"))
     cooldown = _sub(ps, data, "cooldown", Cooldown, ("initial", "multiplier", "cap"))
     rules: dict[Any, Rule] = {}
@@ -539,28 +574,43 @@ def _policy_from_dict(data: Mapping[str, Any]) -> Policy:
                 continue
             _unknown(ps, spec, ("retry", "rotate", "fall_back", "cooldown"), f"rules.{kind}.")
             base = DEFAULT_RULES[k]
-            vals = {f: spec.get(f, getattr(base, f)) for f in ("retry", "rotate", "fall_back",
-                                                              "cooldown")}
+            vals = {
+                f: spec.get(f, getattr(base, f))
+                for f in ("retry", "rotate", "fall_back", "cooldown")
+            }
             rules[k] = Rule(**vals)
     scalars = {
         k: data[k]
-        for k in ("max_attempts", "transport_faults_before_recovery", "recover_transport",
-                  "retry_after_cap", "deadline", "attempt_timeout", "prefer_waiting",
-                  "continue_streams")
+        for k in (
+            "max_attempts",
+            "transport_faults_before_recovery",
+            "recover_transport",
+            "retry_after_cap",
+            "deadline",
+            "attempt_timeout",
+            "prefer_waiting",
+            "continue_streams",
+        )
         if k in data
     }
     good_targets = [t for t in targets if t is not None]
     if ps.items or len(good_targets) != len(targets):
         # Validate the scalars too so that one error lists everything.
         try:
-            Policy(targets=good_targets or [Target("x", "x")], backoff=backoff,
-                   cooldown=cooldown, rules=rules, **scalars)
+            Policy(
+                targets=good_targets or [Target("x", "x")],
+                backoff=backoff,
+                cooldown=cooldown,
+                rules=rules,
+                **scalars,
+            )
         except PolicyError as e:
             ps.items += [p for p in e.problems if not p.path.startswith("targets")]
         ps.raise_if_any()
     try:
-        return Policy(targets=good_targets, backoff=backoff, cooldown=cooldown, rules=rules,
-                      **scalars)
+        return Policy(
+            targets=good_targets, backoff=backoff, cooldown=cooldown, rules=rules, **scalars
+        )
     except PolicyError as e:
         ps.items += list(e.problems)
         ps.raise_if_any()

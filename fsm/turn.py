@@ -74,10 +74,36 @@ class TurnState:
     """All per-turn facts. Created fresh for every turn."""
 
     __slots__ = (
-        "_next", "_skips", "action", "attempts", "clock", "cred", "cred_nb", "decl",
-        "health", "hook", "outcome", "partial", "policy", "random", "reasons", "recovered",
-        "rotations", "rr", "seq", "spent", "started", "state", "streak", "target_nb", "ti",
-        "total_attempts", "trace", "tried", "waited", "ctx_floor",
+        "_next",
+        "_skips",
+        "action",
+        "attempts",
+        "clock",
+        "cred",
+        "cred_nb",
+        "ctx_floor",
+        "decl",
+        "health",
+        "hook",
+        "outcome",
+        "partial",
+        "policy",
+        "random",
+        "reasons",
+        "recovered",
+        "rotations",
+        "rr",
+        "seq",
+        "spent",
+        "started",
+        "state",
+        "streak",
+        "target_nb",
+        "ti",
+        "total_attempts",
+        "trace",
+        "tried",
+        "waited",
     )
 
     def __init__(
@@ -229,8 +255,11 @@ class TurnState:
         if o is not None and o.kind in _TARGET_LEVEL and self.policy.rule(o.kind).cooldown:
             now = self.clock()
             streak = self.health.failed(t.key)
-            span = o.retry_after if o.retry_after is not None else cooldown_for(
-                self.policy.cooldown, streak)
+            span = (
+                o.retry_after
+                if o.retry_after is not None
+                else cooldown_for(self.policy.cooldown, streak)
+            )
             self.health.cool_target(t.key, now + span, now)
         if o is not None and o.kind is OutcomeKind.CONTEXT_TOO_LONG:
             known = t.context_length
@@ -249,8 +278,7 @@ class TurnState:
         self.target_nb = 0.0
         t = self.policy.targets[j]
         self.rr = (
-            self.health.next_round_robin(t.key, len(t.pool())) if t.rotation == "round_robin"
-            else 0
+            self.health.next_round_robin(t.key, len(t.pool())) if t.rotation == "round_robin" else 0
         )
         self.cred = None
 
@@ -284,11 +312,17 @@ class TurnState:
             else:
                 kind = self.outcome.kind.value if self.outcome else "turn start"
                 self.reasons[t.name] = f"not tried: {kind} does not fall back (policy)"
-        return TurnFailed(summary, state=state, reasons=self.reasons, last_outcome=self.outcome,
-                          partial=self.partial)
+        return TurnFailed(
+            summary,
+            state=state,
+            reasons=self.reasons,
+            last_outcome=self.outcome,
+            partial=self.partial,
+        )
 
 
 # -- the prepare step: observe an event before any guard ---------------------------------------
+
 
 def observe(s: TurnState, trigger: str, outcome: Outcome | None) -> None:
     """Record what an attempt produced: counters, per-turn and cross-turn not-before times."""
@@ -330,6 +364,7 @@ def observe(s: TurnState, trigger: str, outcome: Outcome | None) -> None:
 
 
 # -- guards: pure predicates over the turn state ------------------------------------------------
+
 
 def g_transport_retry(s: TurnState, arg: int) -> bool:
     p = s.policy
@@ -408,12 +443,14 @@ def g_soonest_is(s: TurnState, arg: int) -> bool:
 
 # -- effects: update the turn, return the next action -------------------------------------------
 
+
 def e_enter(s: TurnState, j: int) -> Action:
     now = s.clock()
     for k in range(j):
         t = s.policy.targets[k]
-        s.reasons.setdefault(t.name, f"skipped at turn start: cooling for "
-                             f"{s.target_ready_at(k) - now:.1f}s")
+        s.reasons.setdefault(
+            t.name, f"skipped at turn start: cooling for {s.target_ready_at(k) - now:.1f}s"
+        )
     s.go_to(j)
     return s.attempt()
 
@@ -473,7 +510,8 @@ def e_wait_for_target(s: TurnState, j: int) -> Action:
         if k != j:
             s.reasons.setdefault(
                 s.policy.targets[k].name,
-                f"cooling for {s.target_ready_at(k) - e_enter_reasons:.1f}s at turn start")
+                f"cooling for {s.target_ready_at(k) - e_enter_reasons:.1f}s at turn start",
+            )
     s.go_to(j)
     at = s.target_ready_at(j)
     w = max(0.0, at - s.clock())
@@ -545,9 +583,17 @@ def apply(s: TurnState, t: Transition, trigger: str) -> Action:
     elif isinstance(action, Wait):
         detail = action.reason
     ev = TraceEvent(
-        s.seq, round(s.clock() - s.started, 6), t.source, trigger, t.dest,
-        type(action).__name__, tgt.name if tgt else None, tgt.model if tgt else None,
-        s.cred.id if s.cred is not None and tgt is not None else None, wait, detail,
+        s.seq,
+        round(s.clock() - s.started, 6),
+        t.source,
+        trigger,
+        t.dest,
+        type(action).__name__,
+        tgt.name if tgt else None,
+        tgt.model if tgt else None,
+        s.cred.id if s.cred is not None and tgt is not None else None,
+        wait,
+        detail,
     )
     s.trace.append(ev)
     if isinstance(action, Fail):
@@ -557,8 +603,9 @@ def apply(s: TurnState, t: Transition, trigger: str) -> Action:
     return action
 
 
-Compiled = dict[tuple[str, str], tuple[tuple[Callable[[TurnState, int], bool] | None, int,
-                                             Transition], ...]]
+Compiled = dict[
+    tuple[str, str], tuple[tuple[Callable[[TurnState, int], bool] | None, int, Transition], ...]
+]
 
 
 def compile_table(decl: Declaration) -> Compiled:
@@ -569,9 +616,7 @@ def compile_table(decl: Declaration) -> Compiled:
         return found  # type: ignore[return-value]
     table: Compiled = {}
     for key, group in decl.groups().items():
-        table[key] = tuple(
-            (GUARDS[t.guard] if t.guard else None, t.arg, t) for t in group
-        )
+        table[key] = tuple((GUARDS[t.guard] if t.guard else None, t.arg, t) for t in group)
     cache["compiled"] = table
     return table
 
@@ -704,6 +749,8 @@ class TransitionsTurn(_TurnBase):
 class _Model:
     """The object `transitions` drives; it wraps the turn state."""
 
+    trigger: Callable[..., bool]  # added by transitions.Machine.add_model
+
     def __init__(self, s: TurnState) -> None:
         self.s = s
         self.state = IDLE
@@ -732,7 +779,10 @@ def _transitions_machine(decl: Declaration) -> tuple[Any, threading.Lock]:
     specs = []
     for t in decl.transitions:
         spec: dict[str, Any] = {
-            "trigger": t.trigger, "source": t.source, "dest": t.dest, "after": [after_cb(t)],
+            "trigger": t.trigger,
+            "source": t.source,
+            "dest": t.dest,
+            "after": [after_cb(t)],
         }
         if t.guard is not None:
             spec["conditions"] = [guard_cb(t.guard, t.arg)]

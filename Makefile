@@ -1,0 +1,26 @@
+# fallgate: two commands from a fresh clone -> `make demo`, `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-test
+
+.PHONY: demo test lint fuzz bench diagrams clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/fallgate demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check fsm providers tests
+	$(VENV)/bin/mypy
+
+test: lint
+	$(VENV)/bin/pytest
+
+clean:
+	rm -rf $(VENV) build .hypothesis
