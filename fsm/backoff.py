@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 
+from .outcomes import MAX_RETRY_AFTER
 from .policy import Backoff, Cooldown
 
 
@@ -19,8 +20,10 @@ def exp_cap(initial: float, multiplier: float, cap: float, n: int) -> float:
     """min(cap, initial * multiplier**n) without overflow, for n >= 0."""
     if n <= 0 or multiplier <= 1.0 or initial <= 0.0:
         return min(cap, initial)
-    # log(initial) + n*log(multiplier) > log(cap)  <=>  the product exceeds cap
-    if math.log(initial) + n * math.log(multiplier) >= math.log(cap) if cap > 0 else True:
+    if cap <= 0.0:
+        return 0.0
+    # Compare in log space: initial * multiplier**n >= cap, without overflow.
+    if math.log(initial) + n * math.log(multiplier) >= math.log(cap):
         return cap
     return min(cap, initial * multiplier**n)
 
@@ -48,8 +51,6 @@ _BODY_HINT = re.compile(
     re.IGNORECASE,
 )
 
-#: Anything larger is treated as "a very long time" (one day); keeps arithmetic finite.
-MAX_RETRY_AFTER = 86_400.0
 
 
 def _clean(seconds: float) -> float | None:

@@ -7,6 +7,7 @@ them into one `Outcome`, and the machine's triggers are the outcome kinds.
 from __future__ import annotations
 
 import enum
+import math
 from typing import Any
 
 import attrs
@@ -35,6 +36,23 @@ FAULT_KINDS: tuple[OutcomeKind, ...] = tuple(
 )
 
 
+#: Retry-After values are clamped to one day: keeps every sum finite.
+MAX_RETRY_AFTER = 86_400.0
+
+
+def sane_retry_after(value: float | None) -> float | None:
+    """None for NaN/non-numbers, 0 for negatives, at most MAX_RETRY_AFTER."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if math.isnan(v):
+        return None
+    return min(max(v, 0.0), MAX_RETRY_AFTER)
+
+
 @attrs.frozen(slots=True)
 class Outcome:
     """One classified attempt result.
@@ -46,7 +64,7 @@ class Outcome:
 
     kind: OutcomeKind = attrs.field(converter=OutcomeKind)
     status: int | None = None
-    retry_after: float | None = None
+    retry_after: float | None = attrs.field(default=None, converter=sane_retry_after)
     detail: str = ""
     partial: str | None = None
     value: Any = attrs.field(default=None, repr=False, eq=False)

@@ -1,0 +1,185 @@
+"""The sync and async drivers: same semantics, real (interruptible) waits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from fsm import (
+    HealthStore,
+    Policy,
+    TraceEvent,
+    TransitionsTurn,
+    TurnFailed,
+    arun,
+    instant_waits,
+    run,
+    to_jsonl,
+)
+from fsm.trace import from_jsonl
+
+
+class Status(Exception):
+    def __init__(self, status: int, headers: dict[str, str] | None = None, body: str = ""):
+        super().__init__(f"HTTP {status}: {body}")
+        self.status_code = status
+        self.headers = headers or {}
+        self.body = body
+
+
+def two_targets(**extra: object) -> Policy:
+    return Policy.from_dict(
+        {
+            "primary": {"provider": "p", "model": "m0", "api_key": "sk-primary-0000"},
+            "fallback_providers": [{"provider": "q", "model": "m1", "api_key": "sk-fallback-1111"}],
+            **extra,
+        }
+    )
+
+
+def scripted(*effects: object):
+    calls: list[str] = []
+    it = iter(effects)
+
+    def call(target, credential):
+        calls.append(target.model)
+        e = next(it)
+        if isinstance(e, BaseException):
+            raise e
+        return e
+
+    return call, calls
+
+
+def test_sync_run_retries_recovers_and_falls_back_with_real_exceptions():
+    call, calls = scripted(TimeoutError(), ConnectionResetError(), Status(429), "answer")
+    rebuilt: list[str] = []
+    with instant_waits():
+        result = run(
+            two_targets(max_attempts=2),
+            call,
+            rebuild=lambda t: rebuilt.append(t.name),
+            health=HealthStore(),
+        )
+    assert result.value == "answer"
+    assert calls == ["m0", "m0", "m0", "m1"]
+    assert rebuilt == ["primary"]
+    assert (result.target, result.model, result.attempts) == ("fallback_1", "m1", 4)
+
+
+async def test_async_run_has_the_same_semantics_as_sync():
+    effects = (TimeoutError(), ConnectionResetError(), Status(429), "answer")
+    call, sync_calls = scripted(*effects)
+    with instant_waits():
+        sync = run(two_targets(max_attempts=2), call, health=HealthStore())
+    it = iter(effects)
+    async_calls: list[str] = []
+
+    async def acall(target, credential):
+        async_calls.append(target.model)
+        e = next(it)
+        if isinstance(e, BaseException):
+            raise e
+        return e
+
+    with instant_waits():
+        result = await arun(two_targets(max_attempts=2), acall, health=HealthStore())
+    assert async_calls == sync_calls
+    assert [(e.source, e.event, e.dest) for e in result.trace] == [
+        (e.source, e.event, e.dest) for e in sync.trace
+    ]
+
+
+def test_a_failed_turn_raises_turn_failed_naming_every_target():
+    call, _ = scripted(Status(400, body="bad"), "never")
+    with pytest.raises(TurnFailed) as info:
+        run(two_targets(), call, health=HealthStore())
+    assert info.value.state == "failed"
+    assert set(info.value.reasons) == {"primary", "fallback_1"}
+    assert "bad_request (HTTP 400)" in str(info.value)
+    assert info.value.trace[-1].dest == "failed"
+
+
+async def test_an_async_turn_cancelled_during_a_30s_wait_aborts_within_100ms():
+    events: list[TraceEvent] = []
+
+    async def rate_limited(target, credential):
+        raise Status(429, {"retry-after": "30"})
+
+    policy = Policy.from_dict(
+        {"primary": {"provider": "p", "model": "m", "api_key": "sk-1234"}, "retry_after_cap": 60}
+    )
+    task = asyncio.create_task(
+        arun(policy, rate_limited, health=HealthStore(), on_transition=events.append)
+    )
+    while not events or events[-1].action != "Wait":
+        await asyncio.sleep(0.005)
+    assert events[-1].wait == pytest.approx(30, abs=0.5)
+    t0 = time.perf_counter()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.perf_counter() - t0 < 0.1
+    assert events[-1].dest == "aborted"
+
+
+def test_keyboard_interrupt_during_a_wait_aborts_the_turn_and_propagates():
+    events: list[TraceEvent] = []
+
+    def sleep(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    call, _ = scripted(TimeoutError(), "never")
+    with pytest.raises(KeyboardInterrupt):
+        run(two_targets(), call, health=HealthStore(), sleep=sleep, on_transition=events.append)
+    assert events[-1].dest == "aborted"
+
+
+def test_instant_waits_take_no_real_time_but_keep_cooldowns_honest():
+    call, calls = scripted(Status(429, {"retry-after": "20"}), "ok")
+    policy = Policy.from_dict({"primary": {"provider": "p", "model": "m", "api_key": "sk-1234"}})
+    t0 = time.perf_counter()
+    with instant_waits():
+        result = run(policy, call, health=HealthStore())
+    assert time.perf_counter() - t0 < 1.0
+    assert [e.wait for e in result.trace if e.wait] == [pytest.approx(20.0, abs=0.05)]
+    assert calls == ["m", "m"]
+
+
+def test_a_broken_classifier_or_rebuild_never_crashes_the_engine():
+    def classify(e: BaseException):
+        raise RuntimeError("classifier bug")
+
+    call, _ = scripted(TimeoutError(), "never")
+    with pytest.raises(TurnFailed, match="classifier raised RuntimeError"):
+        run(two_targets(), call, classify=classify, health=HealthStore())
+
+    def rebuild(target):
+        raise OSError("cannot build client")
+
+    call, calls = scripted(TimeoutError(), TimeoutError(), "fallback answer")
+    with instant_waits():
+        result = run(two_targets(), call, rebuild=rebuild, health=HealthStore())
+    assert calls == ["m0", "m0", "m1"]
+    assert any(e.event == "rebuild_failed" for e in result.trace)
+
+
+def test_the_transitions_engine_drives_the_same_turn():
+    call, calls = scripted(TimeoutError(), Status(503), Status(401), "ok")
+    with instant_waits():
+        result = run(two_targets(), call, health=HealthStore(), engine=TransitionsTurn)
+    assert calls == ["m0", "m0", "m0", "m1"]
+    assert result.state == "done"
+
+
+def test_the_trace_round_trips_through_json_lines():
+    call, _ = scripted(TimeoutError(), "ok")
+    with instant_waits():
+        result = run(two_targets(), call, health=HealthStore())
+    text = to_jsonl(result.trace)
+    assert len(text.splitlines()) == len(result.trace)
+    assert from_jsonl(text) == list(result.trace)
+    with pytest.raises(ValueError, match="trace line 1: missing"):
+        from_jsonl('{"seq": 1}\n')

@@ -1,0 +1,145 @@
+"""SPEC section 6: the public regression scenarios, on the pure core.
+
+Each test scripts the outcomes an attempt produces and asserts the exact
+sequence of targets called and the final state.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fsm import HealthStore, Policy, TransitionsTurn, Turn
+from fsm.testing import FakeClock, play
+
+ENGINES = [Turn, TransitionsTurn]
+
+
+def chain(*models: str, attempts: int = 3, keys: int = 1, **extra: object) -> Policy:
+    def target(m: str) -> dict[str, object]:
+        ctx = None
+        name, _, size = m.partition("@")
+        if size:
+            ctx = int(size)
+        t: dict[str, object] = {
+            "provider": "zai",
+            "model": name,
+            "api_keys": [f"sk-{name}-{k}" for k in range(keys)],
+        }
+        if ctx:
+            t["context_length"] = ctx
+        return t
+
+    return Policy.from_dict(
+        {
+            "primary": target(models[0]),
+            "fallback_providers": [target(m) for m in models[1:]],
+            "max_attempts": attempts,
+            **extra,
+        }
+    )
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scenario_1_a_429_after_timeouts_and_recovery_still_reaches_the_fallback(engine):
+    """The original bug: after an earlier failed fallback activation, timeouts and a
+    successful client rebuild, a 429 must still fall back."""
+    policy = chain("glm-5.1", "glm-4.7", attempts=2)
+    health, clock = HealthStore(), FakeClock()
+    # An earlier turn: the primary was rate limited, the eager fallback's client could
+    # not be built (transport faults, then the rebuild failed too).
+    earlier = play(
+        policy,
+        ["rate_limited:1", "transport", "transport"],
+        health=health,
+        clock=clock,
+        rebuild_ok=False,
+        engine=engine,
+    )
+    assert earlier.models == ["glm-5.1", "glm-4.7", "glm-4.7"]
+    assert earlier.rebuilds == ("fallback_1",)
+    assert earlier.state == "failed"
+    clock.advance(60)  # some time later, the primary's rate limit has lifted
+
+    played = play(
+        policy,
+        ["transport", "transport", "rate_limited", "success"],
+        health=health,
+        clock=clock,
+        engine=engine,
+    )
+
+    assert played.models == ["glm-5.1", "glm-5.1", "glm-5.1", "glm-4.7"]
+    assert played.rebuilds == ("primary",)
+    assert played.path == [
+        "idle",
+        "primary",
+        "primary_timing_out",
+        "primary",
+        "primary_recovering",
+        "primary",
+        "fallback_1",
+        "done",
+    ]
+    assert played.state == "done"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scenario_2_long_retry_after_on_primary_is_answered_by_the_fallback_without_sleeping(
+    engine,
+):
+    played = play(chain("gpt-4o", "claude"), ["rate_limited:171", "success"], engine=engine)
+    assert played.models == ["gpt-4o", "claude"]
+    assert played.waits == ()
+    assert played.state == "done"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scenario_3_a_403_on_fallback_1_goes_on_to_fallback_2(engine):
+    played = play(chain("a", "b", "c"), ["not_found", "auth", "success"], engine=engine)
+    assert played.models == ["a", "b", "c"]
+    assert played.state == "done"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scenario_4_three_503s_with_three_attempts_fall_back_instead_of_failing(engine):
+    played = play(chain("a", "b", attempts=3), ["overloaded"] * 3 + ["success"], engine=engine)
+    assert played.models == ["a", "a", "a", "b"]
+    assert len(played.waits) == 2  # backoff between the three attempts, none before fallback
+    assert played.state == "done"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scenario_5_persistent_401_on_a_one_key_pool_falls_back_after_one_attempt(engine):
+    played = play(chain("a", "b"), ["auth", "success"], engine=engine)
+    assert played.models == ["a", "b"]
+    alone = play(chain("a"), ["auth"] * 50, engine=engine)
+    assert alone.models == ["a"]  # never a tight loop
+    assert alone.state == "failed"
+    assert "auth" in str(alone.error)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scenario_5b_persistent_401_rotates_through_each_key_once_then_falls_back(engine):
+    played = play(chain("a", "b", keys=3), ["auth"] * 3 + ["success"], engine=engine)
+    assert played.targets == ["primary"] * 3 + ["fallback_1"]
+    assert played.credentials[:3] == ["key#1", "key#2", "key#3"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scenario_6_context_too_long_skips_the_smaller_fallback(engine):
+    policy = chain("big@8192", "small@4096", "huge@128000")
+    played = play(policy, ["context_too_long", "success"], engine=engine)
+    assert played.models == ["big", "huge"]
+    assert played.state == "done"
+    failing = play(chain("big@8192", "small@4096"), ["context_too_long"], engine=engine)
+    assert failing.state == "failed"
+    assert failing.error is not None
+    assert "context_length 4096 <= 8192" in failing.error.reasons["fallback_1"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scenario_7_a_stream_broken_after_delivery_fails_with_the_partial_text(engine):
+    played = play(chain("a", "b"), ["stream_interrupted", "success"], engine=engine)
+    assert played.models == ["a"]  # no retry, no fallback: the stream was committed
+    assert played.state == "failed"
+    assert played.error is not None and played.error.partial == "partial text"
