@@ -1,0 +1,25 @@
+"""pytest plugin (entry point ``pytest11: fallgate``): the `fault_server` fixture.
+
+def test_falls_back(fault_server):
+    fault_server.script({"models": {"a": [{"kind": "status", "status": 503}]}})
+    client = openai.OpenAI(base_url=fault_server.base_url, api_key="sk-test")
+    ...
+    assert fault_server.count("a") == 1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from providers.fault_server import FaultServer
+
+
+@pytest.fixture
+def fault_server() -> Iterator[FaultServer]:
+    """A started fault server on loopback with an empty script (every model
+    answers "ok"); set the script with ``fault_server.script({...})``. Stopped,
+    with its sockets closed and threads joined, when the test ends."""
+    with FaultServer() as server:
+        yield server
