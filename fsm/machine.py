@@ -141,7 +141,11 @@ def declare(policy: Policy) -> Declaration:
 
 
 def _cache(policy: Policy) -> dict[str, object]:
-    return _CACHES.setdefault(id(policy), _finalized(policy))
+    """Per-policy memo (declaration, compiled table, default health store)."""
+    found = _CACHES.get(id(policy))
+    if found is None:
+        found = _CACHES.setdefault(id(policy), _finalized(policy))
+    return found
 
 
 _CACHES: dict[int, dict[str, object]] = {}

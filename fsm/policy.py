@@ -157,6 +157,10 @@ class Target:
     )
     rotation: Rotation = "fill_first"
     index: int = 0
+    #: The state-name prefix: ``primary``, ``fallback_1``, ... (derived from index).
+    name: str = attrs.field(init=False, repr=False, eq=False)
+    #: Identity across turns and policies (health store key).
+    key: tuple[str, str, str] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         ps = _Problems()
@@ -183,16 +187,9 @@ class Target:
         if not _is_int(self.index) or self.index < 0:
             ps.add("index", self.index, "must be an integer >= 0")
         ps.raise_if_any()
-
-    @property
-    def name(self) -> str:
-        """The state-name prefix: ``primary``, ``fallback_1``, ..."""
-        return "primary" if self.index == 0 else f"fallback_{self.index}"
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        """Identity across turns and policies (health store key)."""
-        return (self.provider, self.base_url or "", self.model)
+        name = "primary" if self.index == 0 else f"fallback_{self.index}"
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "key", (self.provider, self.base_url or "", self.model))
 
     def same_as(self, other: Target) -> bool:
         """Identical entries (same provider+model, or same base_url+model) are skipped."""

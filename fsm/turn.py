@@ -49,6 +49,13 @@ _UNSET: Final = -2
 _CRED_LEVEL = (OutcomeKind.RATE_LIMITED, OutcomeKind.QUOTA, OutcomeKind.AUTH)
 _TARGET_LEVEL = (OutcomeKind.OVERLOADED, OutcomeKind.NOT_FOUND, OutcomeKind.TRANSPORT)
 _KINDS: Final = {k.value: k for k in OutcomeKind}
+_SUCCESS: Final = OutcomeKind.SUCCESS
+_CANCELLED: Final = OutcomeKind.CANCELLED
+_TRANSPORT: Final = OutcomeKind.TRANSPORT
+_RATE_LIMITED: Final = OutcomeKind.RATE_LIMITED
+_OVERLOADED: Final = OutcomeKind.OVERLOADED
+_STREAM: Final = OutcomeKind.STREAM_INTERRUPTED
+_CONTEXT: Final = OutcomeKind.CONTEXT_TOO_LONG
 
 
 class ProtocolError(RuntimeError):
@@ -74,6 +81,7 @@ class TurnState:
     """All per-turn facts. Created fresh for every turn."""
 
     __slots__ = (
+        "_first",
         "_next",
         "_skips",
         "action",
@@ -143,6 +151,7 @@ class TurnState:
         self.trace: list[TraceEvent] = []
         self.seq = 0
         self._next = _UNSET
+        self._first = _UNSET
         self.action: Action | None = None
 
     # -- helpers ---------------------------------------------------------------------------
@@ -326,24 +335,24 @@ class TurnState:
 
 def observe(s: TurnState, trigger: str, outcome: Outcome | None) -> None:
     """Record what an attempt produced: counters, per-turn and cross-turn not-before times."""
-    s._next = _UNSET
+    s._next = s._first = _UNSET
     kind = _KINDS.get(trigger)
     if kind is None or outcome is None:
         return
     s.outcome = outcome
-    if kind is OutcomeKind.SUCCESS or kind is OutcomeKind.CANCELLED:
+    if kind is _SUCCESS or kind is _CANCELLED:
         return
-    if kind is OutcomeKind.TRANSPORT:
+    if kind is _TRANSPORT:
         s.streak += 1
-    else:
-        s.streak = 0
+        return
+    s.streak = 0
     if s.ti < 0 or s.cred is None:
         return
     now = s.clock()
     policy = s.policy
     ra = outcome.retry_after
     if kind in _CRED_LEVEL:
-        if kind is OutcomeKind.RATE_LIMITED:
+        if kind is _RATE_LIMITED:
             span = ra if ra is not None else s.backoff_ceiling(s.attempts - 1)
         else:
             span = ra if ra is not None else policy.cooldown.cap
@@ -353,11 +362,11 @@ def observe(s: TurnState, trigger: str, outcome: Outcome | None) -> None:
         s.cred_nb[key] = max(s.cred_nb.get(key, 0.0), until)
         if policy.rule(kind).cooldown:
             s.health.cool_credential(s.target.key, s.cred.id, until, now)
-    elif kind is OutcomeKind.OVERLOADED and ra is not None:
+    elif kind is _OVERLOADED and ra is not None:
         s.target_nb = max(s.target_nb, now + ra)
-    elif kind is OutcomeKind.STREAM_INTERRUPTED:
+    elif kind is _STREAM:
         s.partial = outcome.partial
-    elif kind is OutcomeKind.CONTEXT_TOO_LONG:
+    elif kind is _CONTEXT:
         known = s.target.context_length
         if known is not None:
             s.ctx_floor = max(s.ctx_floor or 0, known)
@@ -433,12 +442,18 @@ def _soonest(s: TurnState) -> int:
     return best
 
 
+def _first_cached(s: TurnState) -> int:
+    if s._first == _UNSET:
+        s._first = _first_free(s)
+    return s._first
+
+
 def g_first_is(s: TurnState, arg: int) -> bool:
-    return _first_free(s) == arg
+    return _first_cached(s) == arg
 
 
 def g_soonest_is(s: TurnState, arg: int) -> bool:
-    return _first_free(s) < 0 and _soonest(s) == arg
+    return _first_cached(s) < 0 and _soonest(s) == arg
 
 
 # -- effects: update the turn, return the next action -------------------------------------------
@@ -569,42 +584,74 @@ EFFECTS: Final[dict[str, Callable[[TurnState, int], Action]]] = {
 }
 
 
-def apply(s: TurnState, t: Transition, trigger: str) -> Action:
+def apply(
+    s: TurnState,
+    t: Transition,
+    trigger: str,
+    effect: Callable[[TurnState, int], Action] | None = None,
+) -> Action:
     """Take transition `t`: move, run its effect, record the trace event."""
     s.state = t.dest
-    action = EFFECTS[t.effect](s, t.arg)
+    action = (effect or EFFECTS[t.effect])(s, t.arg)
     s.action = action
-    s.seq += 1
-    tgt = s.target if s.ti >= 0 else None
-    wait = action.seconds if isinstance(action, Wait) else None
+    s.seq = seq = s.seq + 1
+    cls = type(action)
+    wait: float | None = None
     detail = ""
-    if isinstance(action, Fail):
-        detail = action.error.summary
-    elif isinstance(action, Wait):
-        detail = action.reason
-    ev = TraceEvent(
-        s.seq,
-        round(s.clock() - s.started, 6),
-        t.source,
-        trigger,
-        t.dest,
-        type(action).__name__,
-        tgt.name if tgt else None,
-        tgt.model if tgt else None,
-        s.cred.id if s.cred is not None and tgt is not None else None,
-        wait,
-        detail,
-    )
+    if cls is Wait:
+        wait = action.seconds  # type: ignore[union-attr]
+        detail = action.reason  # type: ignore[union-attr]
+    elif cls is Fail:
+        detail = action.error.summary  # type: ignore[union-attr]
+    if s.ti >= 0:
+        tgt = s.policy.targets[s.ti]
+        cred = s.cred
+        ev = TraceEvent(
+            seq,
+            s.clock() - s.started,
+            t.source,
+            trigger,
+            t.dest,
+            cls.__name__,
+            tgt.name,
+            tgt.model,
+            cred.id if cred is not None else None,
+            wait,
+            detail,
+        )
+    else:
+        ev = TraceEvent(
+            seq,
+            s.clock() - s.started,
+            t.source,
+            trigger,
+            t.dest,
+            cls.__name__,
+            None,
+            None,
+            None,
+            wait,
+            detail,
+        )
     s.trace.append(ev)
-    if isinstance(action, Fail):
-        action.error.trace = tuple(s.trace)
+    if cls is Fail:
+        action.error.trace = tuple(s.trace)  # type: ignore[union-attr]
     if s.hook is not None:
         s.hook(ev)
     return action
 
 
 Compiled = dict[
-    tuple[str, str], tuple[tuple[Callable[[TurnState, int], bool] | None, int, Transition], ...]
+    tuple[str, str],
+    tuple[
+        tuple[
+            Callable[[TurnState, int], bool] | None,
+            int,
+            Transition,
+            Callable[[TurnState, int], Action],
+        ],
+        ...,
+    ],
 ]
 
 
@@ -616,7 +663,9 @@ def compile_table(decl: Declaration) -> Compiled:
         return found  # type: ignore[return-value]
     table: Compiled = {}
     for key, group in decl.groups().items():
-        table[key] = tuple((GUARDS[t.guard] if t.guard else None, t.arg, t) for t in group)
+        table[key] = tuple(
+            (GUARDS[t.guard] if t.guard else None, t.arg, t, EFFECTS[t.effect]) for t in group
+        )
     cache["compiled"] = table
     return table
 
@@ -709,9 +758,9 @@ class Turn(_TurnBase):
         if candidates is None:
             raise self._undeclared(trigger)
         observe(s, trigger, outcome)
-        for guard, arg, t in candidates:
+        for guard, arg, t, effect in candidates:
             if guard is None or guard(s, arg):
-                return apply(s, t, trigger)
+                return apply(s, t, trigger, effect)
         raise AssertionError("unreachable: every group ends with an unguarded transition")
 
 
