@@ -17,9 +17,14 @@ from .policy import Backoff, Cooldown
 
 
 def exp_cap(initial: float, multiplier: float, cap: float, n: int) -> float:
-    """min(cap, initial * multiplier**n) without overflow, for n >= 0."""
+    """min(cap, initial * multiplier**n) without overflow, for any n."""
     if n <= 0 or multiplier <= 1.0 or initial <= 0.0:
         return min(cap, initial)
+    if n < 1024:
+        try:
+            return min(cap, initial * multiplier**n)
+        except OverflowError:
+            return cap
     if cap <= 0.0:
         return 0.0
     # Compare in log space: initial * multiplier**n >= cap, without overflow.
