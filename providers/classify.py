@@ -1,0 +1,311 @@
+"""What the `openai` SDK raises, classified into `fsm.Outcome`s (SPEC section 4).
+
+The generic status/header/body rules live in `fsm.classify.classify_status`
+and `fsm.backoff.parse_retry_after`; this module only knows the SDK's
+exception shapes and the few things that exist nowhere else: `x-should-retry`,
+malformed 2xx replies, stream error events, clients that could not be built,
+and streams that broke after the caller already had text.
+
+Details never hold a key: the key the request carried (taken from its
+``Authorization`` header) and anything that looks like a key are scrubbed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import ssl
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import anyio
+import httpx2
+import openai
+import pydantic
+
+from fsm import MissingCredential, Outcome, OutcomeKind
+from fsm.classify import body_kind, classify_exception, classify_status
+from fsm.redact import redact
+
+__all__ = [
+    "ClientUnavailable",
+    "MalformedReply",
+    "StreamInterrupted",
+    "classify_openai",
+]
+
+_DETAIL_MAX = 200
+
+
+class StreamInterrupted(Exception):
+    """A stream failed after chunks had reached the caller: the turn is committed.
+
+    `partial` is the text the caller already received; `cause` what broke it.
+    """
+
+    def __init__(self, partial: str, chunks: int, cause: BaseException | None = None) -> None:
+        self.partial = partial
+        self.chunks = chunks
+        self.cause = cause
+        why = f": {type(cause).__name__}" if cause is not None else ""
+        super().__init__(
+            f"stream interrupted after {chunks} chunk(s), {len(partial)} characters delivered{why}"
+        )
+
+
+class MalformedReply(Exception):
+    """A 2xx reply that is not a usable chat completion (HTML, empty, not JSON, wrong shape)."""
+
+    def __init__(self, what: str, status: int | None = 200) -> None:
+        self.what = what
+        self.status = status
+        super().__init__(f"malformed reply: {what}")
+
+
+class ClientUnavailable(Exception):
+    """The SDK client for a target could not be built (a local, transient fault)."""
+
+    def __init__(self, target: str, cause: BaseException) -> None:
+        self.target = target
+        self.cause = cause
+        super().__init__(
+            f"client for {target} could not be built: {type(cause).__name__}: {_one_line(cause)}"
+        )
+
+
+# -- secrets -------------------------------------------------------------------------------
+
+_KEY_ECHO = re.compile(r"(api key provided:\s*)(\S+)", re.IGNORECASE)
+_TOKEN = re.compile(r"[A-Za-z0-9_\-.*]{6,}")
+
+
+def _request_secret(e: BaseException) -> list[str]:
+    """The bearer keys the failed request (and its causes) carried."""
+    found: list[str] = []
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [e]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        todo += [getattr(x, "cause", None), x.__cause__, x.__context__]
+        try:
+            req = getattr(x, "request", None)
+        except RuntimeError:  # httpx raises when an exception has no request attached
+            req = None
+        headers = getattr(req, "headers", None)
+        if headers is None:
+            continue
+        auth = headers.get("authorization") or ""
+        key = auth[7:].strip() if auth.lower().startswith("bearer ") else auth.strip()
+        if len(key) >= 4:
+            found.append(key)
+    return found
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` without keys: known secrets, key-shaped tokens, and echoed key fragments.
+
+    Providers echo part of a bad key in 401 messages (``sk-ab***xyz``); any
+    token whose starless pieces (4+ characters) occur inside a known secret is
+    replaced too.
+    """
+    secrets = [s for s in secrets if s and len(s) >= 4]
+    text = _KEY_ECHO.sub(r"\1***", text)
+    text = redact(text, secrets)
+    if not secrets:
+        return text
+
+    def fragment(m: re.Match[str]) -> str:
+        tok = m.group(0)
+        for piece in re.split(r"[*.]+", tok):
+            if len(piece) >= 4 and any(piece in s for s in secrets):
+                return "***"
+        return tok
+
+    return _TOKEN.sub(fragment, text)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 3] + "..."
+
+
+def _cause_name(e: BaseException) -> str:
+    c = e.__cause__ or e.__context__
+    return type(c).__name__ if c is not None else type(e).__name__
+
+
+# -- transport exception families (httpx2, plus legacy httpx when it is loaded) --------------
+
+
+def _timeout_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [httpx2.TimeoutException, TimeoutError]
+    legacy = sys.modules.get("httpx")
+    if legacy is not None and hasattr(legacy, "TimeoutException"):
+        types.append(legacy.TimeoutException)
+    return tuple(types)
+
+
+def _transport_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [
+        httpx2.TransportError,
+        httpx2.StreamError,
+        anyio.EndOfStream,
+        anyio.BrokenResourceError,
+        anyio.ClosedResourceError,
+        ssl.SSLError,
+        ConnectionError,
+        EOFError,
+    ]
+    legacy = sys.modules.get("httpx")
+    if legacy is not None and hasattr(legacy, "TransportError"):
+        types.append(legacy.TransportError)
+    return tuple(types)
+
+
+# -- the classifier ----------------------------------------------------------------------------
+
+
+def classify_openai(e: BaseException, *, now: float | None = None) -> Outcome:
+    """Map one exception from an SDK call (or our own adapter) to an `Outcome`.
+
+    `now` is the wall-clock time used for HTTP-date Retry-After values
+    (defaults to `time.time()`).
+    """
+    secrets = _request_secret(e)
+    o = _classify(e, time.time() if now is None else now)
+    detail = scrub(o.detail, secrets)
+    if len(detail) > _DETAIL_MAX:
+        detail = detail[: _DETAIL_MAX - 3] + "..."
+    return Outcome(
+        o.kind,
+        status=o.status,
+        retry_after=o.retry_after,
+        detail=detail,
+        partial=o.partial,
+        value=o.value,
+        error=e,
+    )
+
+
+def _classify(e: BaseException, now: float) -> Outcome:
+    if isinstance(e, asyncio.CancelledError | KeyboardInterrupt):
+        return Outcome(OutcomeKind.CANCELLED, detail="cancelled")
+    if isinstance(e, StreamInterrupted):
+        return _interrupted(e, now)
+    if isinstance(e, MissingCredential):
+        # retry_after=0: the credential is spent for this turn but not benched across
+        # turns, so setting the variable takes effect on the very next turn.
+        return Outcome(OutcomeKind.AUTH, retry_after=0.0, detail=str(e))
+    if isinstance(e, ClientUnavailable):
+        return Outcome(OutcomeKind.TRANSPORT, detail=str(e))
+    if isinstance(e, MalformedReply):
+        return Outcome(OutcomeKind.OVERLOADED, status=e.status, detail=str(e))
+    if isinstance(e, openai.APIStatusError):
+        return _status_error(e, now)
+    if isinstance(e, openai.APIResponseValidationError):
+        return Outcome(
+            OutcomeKind.OVERLOADED,
+            status=e.status_code,
+            detail="malformed reply: does not match the chat completion schema",
+        )
+    if isinstance(e, openai.APITimeoutError):
+        return Outcome(OutcomeKind.TRANSPORT, detail=f"timeout ({_cause_name(e)})")
+    if isinstance(e, openai.APIConnectionError):
+        cause = e.__cause__ or e.__context__
+        what = f"{type(cause).__name__}: {_one_line(cause)}" if cause is not None else e.message
+        return Outcome(OutcomeKind.TRANSPORT, detail=f"connection error ({what})")
+    if isinstance(e, openai.ContentFilterFinishReasonError):
+        return Outcome(OutcomeKind.CONTENT_FILTERED, detail="reply stopped by the content filter")
+    if isinstance(e, openai.LengthFinishReasonError):
+        return Outcome(OutcomeKind.BAD_REQUEST, detail="reply cut at the output token limit")
+    if isinstance(e, openai.APIError):
+        # No status: an error event inside a stream, or the SDK's own complaint.
+        return _error_event(e, now)
+    if isinstance(e, _timeout_types()):
+        return Outcome(OutcomeKind.TRANSPORT, detail=f"timeout ({type(e).__name__})")
+    if isinstance(e, _transport_types()):
+        return Outcome(
+            OutcomeKind.TRANSPORT, detail=f"connection error ({type(e).__name__}: {_one_line(e)})"
+        )
+    if isinstance(e, json.JSONDecodeError | UnicodeDecodeError):
+        return Outcome(
+            OutcomeKind.OVERLOADED, status=200, detail=f"malformed reply: not valid JSON ({e})"
+        )
+    if isinstance(e, pydantic.ValidationError):
+        return Outcome(
+            OutcomeKind.OVERLOADED,
+            status=200,
+            detail="malformed reply: does not match the chat completion schema",
+        )
+    o = classify_exception(e)
+    if o.kind is OutcomeKind.BAD_REQUEST and o.status is None:
+        return Outcome(OutcomeKind.BAD_REQUEST, detail=f"{type(e).__name__}: {_one_line(e)}")
+    return o
+
+
+def _headers(e: openai.APIStatusError) -> dict[str, str]:
+    try:
+        return {k.lower(): v for k, v in e.response.headers.items()}
+    except Exception:  # a hand-made response without headers
+        return {}
+
+
+def _status_error(e: openai.APIStatusError, now: float) -> Outcome:
+    headers = _headers(e)
+    body: Any = e.body
+    if body is None or body == "":
+        body = e.message
+    o = classify_status(e.status_code, headers, body, now=now)
+    kind, detail = o.kind, o.detail
+    should = headers.get("x-should-retry", "").strip().lower()
+    if should == "true" and kind is OutcomeKind.BAD_REQUEST:
+        kind = OutcomeKind.OVERLOADED
+        detail += " (server sent x-should-retry: true)"
+    elif should == "false" and kind is OutcomeKind.RATE_LIMITED:
+        kind = OutcomeKind.QUOTA  # never retried on this credential: rotate or fall back
+        detail += " (server sent x-should-retry: false)"
+    elif should == "false" and kind in (OutcomeKind.OVERLOADED, OutcomeKind.TRANSPORT):
+        detail += " (server sent x-should-retry: false)"
+    return Outcome(kind, status=o.status, retry_after=o.retry_after, detail=detail)
+
+
+def _error_event(e: openai.APIError, now: float) -> Outcome:
+    """An `error` object without an HTTP status (typically an SSE error event)."""
+    body = e.body if e.body is not None else e.message
+    text = json.dumps(body) if isinstance(body, Mapping | list) else str(body)
+    hint = body_kind(None, text)
+    code = body.get("code") if isinstance(body, Mapping) else None
+    status = code if isinstance(code, int) and 100 <= code <= 599 else None
+    if status is not None:
+        o = classify_status(status, None, body, now=now)
+        return Outcome(o.kind, status=status, retry_after=o.retry_after, detail=o.detail)
+    low = text.lower()
+    if hint is not None:
+        kind = hint
+    elif "rate limit" in low or "rate_limit" in low or "too many requests" in low:
+        kind = OutcomeKind.RATE_LIMITED
+    else:
+        kind = OutcomeKind.OVERLOADED  # the server gave up mid-request: its fault, retryable
+    return Outcome(kind, detail=f"error event: {_one_line(e)}")
+
+
+def _interrupted(e: StreamInterrupted, now: float) -> Outcome:
+    why = ": stream ended before its finish_reason"
+    status = None
+    if e.cause is not None:
+        inner = _classify(e.cause, now)
+        why = f": {inner.kind.value}" + (f" ({inner.detail})" if inner.detail else "")
+        status = inner.status
+    return Outcome(
+        OutcomeKind.STREAM_INTERRUPTED,
+        status=status,
+        detail=f"stream broke after {e.chunks} chunk(s), "
+        f"{len(e.partial)} characters delivered{why}",
+        partial=e.partial,
+    )

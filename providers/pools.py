@@ -1,0 +1,219 @@
+"""One real SDK client per (target, credential), built lazily, rebuilt on demand.
+
+Keys are read at use time (`Credential.resolve`): a changed environment
+variable gets a fresh client on the next attempt, a missing one raises
+`fsm.MissingCredential` naming the variable. Every client is made with the
+SDK's own retries off (`max_retries=0`), so retries never multiply.
+
+Clients are shared by concurrent turns, so "close and recreate" (transport
+recovery, a key change) *retires* a client: new attempts get a fresh one at
+once, and the old one is closed when its last in-flight request lets go of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+import attrs
+import openai
+
+from fsm import Credential, MissingCredential, Target
+
+from .classify import ClientUnavailable
+
+C = TypeVar("C", openai.OpenAI, openai.AsyncOpenAI)
+ClientFactory = Callable[[Target, str], openai.OpenAI]
+AsyncClientFactory = Callable[[Target, str], openai.AsyncOpenAI]
+
+__all__ = [
+    "AsyncClientFactory",
+    "AsyncClientPool",
+    "ClientFactory",
+    "ClientPool",
+    "async_openai_factory",
+    "openai_factory",
+]
+
+
+def openai_factory(timeout: float) -> ClientFactory:
+    """The default sync factory: `openai.OpenAI` at the target's base_url, no SDK retries."""
+
+    def build(target: Target, api_key: str) -> openai.OpenAI:
+        return openai.OpenAI(
+            api_key=api_key, base_url=target.base_url, max_retries=0, timeout=timeout
+        )
+
+    return build
+
+
+def async_openai_factory(timeout: float) -> AsyncClientFactory:
+    """The default async factory: `openai.AsyncOpenAI`, no SDK retries."""
+
+    def build(target: Target, api_key: str) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(
+            api_key=api_key, base_url=target.base_url, max_retries=0, timeout=timeout
+        )
+
+    return build
+
+
+@attrs.define(eq=False)
+class _Entry(Generic[C]):
+    client: C
+    fingerprint: bytes  # sha256 of the key: detects a changed env var without keeping it twice
+    users: int = 0
+    retired: bool = False
+
+
+def _fingerprint(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+
+
+class _Pool(Generic[C]):
+    """The bookkeeping shared by the sync and async pools (no I/O here)."""
+
+    def __init__(self, factory: Callable[[Target, str], C]) -> None:
+        self._factory: Callable[[Target, str], C] = factory
+        self._lock = threading.Lock()
+        self._live: dict[tuple[str, str], _Entry[C]] = {}
+        self._retired: list[_Entry[C]] = []
+        self._closed = False
+        self.built = 0  # clients created so far (for tests and stats)
+
+    def _build(self, target: Target, key: str) -> C:
+        try:
+            client = self._factory(target, key)
+        except Exception as e:
+            raise ClientUnavailable(target.name, e) from e
+        if getattr(client, "max_retries", 0) != 0:
+            # A user factory forgot: the engine owns retries, the SDK must not add its own.
+            client = client.with_options(max_retries=0)
+        self.built += 1
+        return client
+
+    def _retire(self, entry: _Entry[C]) -> None:
+        entry.retired = True
+        self._retired.append(entry)
+
+    def _collect(self) -> list[C]:
+        """Retired clients nobody uses any more (to close outside the lock)."""
+        done = [e for e in self._retired if e.users <= 0]
+        if done:
+            self._retired = [e for e in self._retired if e.users > 0]
+        return [e.client for e in done]
+
+    def _acquire(self, target: Target, cred: Credential) -> tuple[_Entry[C], list[C]]:
+        key = cred.resolve(target.name)  # MissingCredential names the variable
+        fp = _fingerprint(key)
+        slot = (target.name, cred.id)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this fallgate client is closed")
+            entry = self._live.get(slot)
+            if entry is None or entry.fingerprint != fp:
+                if entry is not None:
+                    self._retire(entry)
+                entry = _Entry(self._build(target, key), fp)
+                self._live[slot] = entry
+            entry.users += 1
+            return entry, self._collect()
+
+    def _let_go(self, entry: _Entry[C]) -> list[C]:
+        with self._lock:
+            entry.users -= 1
+            return self._collect()
+
+    def _renew(self, target: Target) -> list[C]:
+        """Retire `target`'s clients and build fresh ones for every credential that
+        resolves; raises `ClientUnavailable` when the factory fails."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this fallgate client is closed")
+            for slot in [s for s in self._live if s[0] == target.name]:
+                self._retire(self._live.pop(slot))
+            for cred in target.pool():
+                try:
+                    key = cred.resolve(target.name)
+                except MissingCredential:
+                    continue  # the next attempt with it reports the variable
+                self._live[(target.name, cred.id)] = _Entry(
+                    self._build(target, key), _fingerprint(key)
+                )
+            return self._collect()
+
+    def _close_all(self) -> list[C]:
+        with self._lock:
+            self._closed = True
+            clients = [e.client for e in self._live.values()] + [e.client for e in self._retired]
+            self._live.clear()
+            self._retired.clear()
+            return clients
+
+    @property
+    def open_clients(self) -> int:
+        """Clients not yet closed (live and retired-but-in-use)."""
+        with self._lock:
+            return len(self._live) + len(self._retired)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "live": sorted(f"{t}/{c}" for t, c in self._live),
+                "retired_in_use": len(self._retired),
+                "built": self.built,
+                "closed": self._closed,
+            }
+
+
+class ClientPool(_Pool[openai.OpenAI]):
+    """Sync clients, thread-safe."""
+
+    @contextlib.contextmanager
+    def lease(self, target: Target, cred: Credential) -> Iterator[openai.OpenAI]:
+        """The client for (target, credential) for the duration of one attempt."""
+        entry, stale = self._acquire(target, cred)
+        _close_sync(stale)
+        try:
+            yield entry.client
+        finally:
+            _close_sync(self._let_go(entry))
+
+    def rebuild(self, target: Target) -> None:
+        """Transport recovery: close and recreate `target`'s clients."""
+        _close_sync(self._renew(target))
+
+    def close(self) -> None:
+        _close_sync(self._close_all())
+
+
+class AsyncClientPool(_Pool[openai.AsyncOpenAI]):
+    """Async clients; one event loop at a time (the SDK's connections belong to a loop)."""
+
+    @contextlib.asynccontextmanager
+    async def lease(self, target: Target, cred: Credential) -> AsyncIterator[openai.AsyncOpenAI]:
+        entry, stale = self._acquire(target, cred)
+        await _close_async(stale)
+        try:
+            yield entry.client
+        finally:
+            await _close_async(self._let_go(entry))
+
+    async def rebuild(self, target: Target) -> None:
+        await _close_async(self._renew(target))
+
+    async def aclose(self) -> None:
+        await _close_async(self._close_all())
+
+
+def _close_sync(clients: list[openai.OpenAI]) -> None:
+    for c in clients:
+        c.close()
+
+
+async def _close_async(clients: list[openai.AsyncOpenAI]) -> None:
+    for c in clients:
+        await c.close()
