@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random as _random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from . import clock as _clock
@@ -249,7 +249,9 @@ class TurnState:
         text = o.kind.value
         if o.status is not None:
             text += f" (HTTP {o.status})"
-        if o.detail:
+        if o.retry_after is not None:
+            text += f", Retry-After {o.retry_after:g}s"
+        if o.detail and o.detail != f"HTTP {o.status}":
             d = o.detail if len(o.detail) <= 120 else o.detail[:117] + "..."
             text += f": {d}"
         return text
@@ -603,12 +605,15 @@ def apply(
         detail = action.reason  # type: ignore[union-attr]
     elif cls is Fail:
         detail = action.error.summary  # type: ignore[union-attr]
+    o = s.outcome
+    if o is not None and cls is not Fail and trigger != "success" and o.kind == trigger:
+        detail = f"{s.describe(o)}; {detail}" if detail else s.describe(o)
     if s.ti >= 0:
         tgt = s.policy.targets[s.ti]
         cred = s.cred
         ev = TraceEvent(
             seq,
-            s.clock() - s.started,
+            round(s.clock() - s.started, 6),
             t.source,
             trigger,
             t.dest,
@@ -622,7 +627,7 @@ def apply(
     else:
         ev = TraceEvent(
             seq,
-            s.clock() - s.started,
+            round(s.clock() - s.started, 6),
             t.source,
             trigger,
             t.dest,
@@ -661,12 +666,23 @@ def compile_table(decl: Declaration) -> Compiled:
     found = cache.get("compiled")
     if found is not None:
         return found  # type: ignore[return-value]
+    table = _compile(decl, GUARDS, EFFECTS)
+    cache["compiled"] = table
+    return table
+
+
+Guard = Callable[[TurnState, int], bool]
+Effect = Callable[[TurnState, int], Action]
+
+
+def _compile(
+    decl: Declaration, guards: Mapping[str, Guard], effects: Mapping[str, Effect]
+) -> Compiled:
     table: Compiled = {}
     for key, group in decl.groups().items():
         table[key] = tuple(
-            (GUARDS[t.guard] if t.guard else None, t.arg, t, EFFECTS[t.effect]) for t in group
+            (guards[t.guard] if t.guard else None, t.arg, t, effects[t.effect]) for t in group
         )
-    cache["compiled"] = table
     return table
 
 
@@ -748,9 +764,26 @@ class Turn(_TurnBase):
 
     __slots__ = ("_table", "s")
 
-    def __init__(self, policy: Policy, **kw: Any) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        declaration: Declaration | None = None,
+        guards: Mapping[str, Guard] | None = None,
+        effects: Mapping[str, Effect] | None = None,
+        **kw: Any,
+    ) -> None:
+        """`declaration`, `guards`, `effects` replace the policy's own (uncached): the model
+        checker uses them to prove it catches deliberately broken machines."""
         super().__init__(policy, **kw)
-        self._table = compile_table(self.s.decl)
+        if declaration is None and guards is None and effects is None:
+            self._table = compile_table(self.s.decl)
+        else:
+            if declaration is not None:
+                self.s.decl = declaration
+            self._table = _compile(
+                self.s.decl, {**GUARDS, **(guards or {})}, {**EFFECTS, **(effects or {})}
+            )
 
     def _fire(self, trigger: str, outcome: Outcome | None) -> Action:
         s = self.s
