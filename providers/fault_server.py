@@ -517,16 +517,42 @@ class _Closed(Exception):
 
 
 class _HTTPServer(ThreadingHTTPServer):
+    """``ThreadingHTTPServer`` that can stop promptly and leave nothing behind.
+
+    The stdlib does not join daemon handler threads, and a keep-alive handler
+    blocks reading its idle connection; so every accepted socket and handler
+    thread is tracked, sockets are shut down on stop, and threads are joined.
+    """
+
     daemon_threads = True
-    block_on_close = True  # server_close() joins the handler threads
     allow_reuse_address = False
+    request_queue_size = 256  # bursts of concurrent clients must not overflow the backlog
 
     def __init__(self, owner: FaultServer, address: tuple[str, int]) -> None:
         self.owner = owner
         self.stopping = threading.Event()
         self.conns: set[socket.socket] = set()
-        self.conns_lock = threading.Lock()
+        self.handlers: list[threading.Thread] = []
+        self.track_lock = threading.Lock()
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self.process_request_thread,
+            args=(request, client_address),
+            name=f"fault-server-conn:{client_address[1]}",
+            daemon=True,
+        )
+        with self.track_lock:
+            self.conns.add(request)
+            self.handlers = [t for t in self.handlers if t.is_alive()]
+            self.handlers.append(thread)
+        thread.start()
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.track_lock:
+            self.conns.discard(request)
+        super().shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Quiet: a client hanging up is normal here; anything else is recorded."""
@@ -537,14 +563,17 @@ class _HTTPServer(ThreadingHTTPServer):
         if exc is not None:
             self.owner._errors.append(exc)
 
-    def unblock_connections(self) -> None:
-        with self.conns_lock:
-            conns = list(self.conns)
+    def release_and_join(self) -> None:
+        """After `shutdown()`: wake every handler (held, idle or writing), join them."""
+        with self.track_lock:
+            conns, handlers = list(self.conns), list(self.handlers)
         for c in conns:
             try:
                 c.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        for t in handlers:
+            t.join()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -556,14 +585,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing
 
-    def setup(self) -> None:
-        super().setup()
-        with self.server.conns_lock:
-            self.server.conns.add(self.connection)
-
     def finish(self) -> None:
-        with self.server.conns_lock:
-            self.server.conns.discard(self.connection)
         try:
             super().finish()
         except OSError:
@@ -951,8 +973,8 @@ class FaultServer:
             return
         httpd.stopping.set()
         httpd.shutdown()  # ends serve_forever: no new connections
-        httpd.unblock_connections()  # wakes idle keep-alive handlers
-        httpd.server_close()  # closes the listener, joins handler threads
+        httpd.release_and_join()
+        httpd.server_close()  # closes the listening socket
         if thread is not None:
             thread.join()
         self._httpd = self._thread = None
