@@ -55,7 +55,7 @@ import sys
 import threading
 import time
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import MappingProxyType, TracebackType
@@ -1073,9 +1073,6 @@ class FaultServer:
     def __repr__(self) -> str:
         where = self.base_url if self._httpd is not None else "stopped"
         return f"FaultServer({where}, counts={self.counts})"
-
-    def __iter__(self) -> Iterator[RequestRecord]:
-        return iter(self.requests)
 
 
 # --------------------------------------------------------------------------- CLI
