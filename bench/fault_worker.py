@@ -36,7 +36,12 @@ def _policy(base_url: str, fallback: bool) -> Any:
 def fallgate(base_url: str, fallback: bool) -> Call:
     import providers
 
-    client = providers.Fallgate(_policy(base_url, fallback))
+    policy = _policy(base_url, fallback)
+    client = providers.Fallgate(policy)
+    for t in policy.targets:  # build the clients up front, as the peers' are
+        for c in t.pool():
+            with client.clients.lease(t, c):
+                pass
     return lambda: client.chat.completions.create(model=PRIMARY, messages=MESSAGES)
 
 

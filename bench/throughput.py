@@ -1,0 +1,159 @@
+"""Throughput: many concurrent async turns against a fast fault server.
+
+The server runs in its own process; each (system, round) runs in a fresh child
+process so that its peak RSS (ru_maxrss) is its own: baseline after imports and
+client construction, peak after the turns. Systems alternate across rounds and
+each keeps its best wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .scenarios import FALLBACK, PRIMARY
+
+MESSAGES = [{"role": "user", "content": "Say hi."}]
+SYSTEMS = ("fallgate", "bare_sdk")
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def _client(system: str, base_url: str) -> Callable[[], Awaitable[Any]]:
+    if system == "bare_sdk":
+        import openai
+
+        c = openai.AsyncOpenAI(base_url=base_url, api_key="sk-primary", timeout=30.0)
+        return lambda: c.chat.completions.create(model=PRIMARY, messages=MESSAGES)
+    import providers
+    from fsm import Credential, Policy, Target
+
+    policy = Policy(
+        targets=[
+            Target("fault", PRIMARY, base_url, credentials=[Credential.literal("sk-primary")]),
+            Target("fault", FALLBACK, base_url, credentials=[Credential.literal("sk-fallback")]),
+        ],
+        attempt_timeout=30.0,
+    )
+    fg = providers.AsyncFallgate(policy)
+    return lambda: fg.chat.completions.create(model=PRIMARY, messages=MESSAGES)
+
+
+async def _turns(call: Callable[[], Awaitable[Any]], turns: int, concurrency: int) -> int:
+    sem = asyncio.Semaphore(concurrency)
+    ok = 0
+
+    async def one() -> None:
+        nonlocal ok
+        async with sem:
+            r = await call()
+            if r.choices[0].message.content:
+                ok += 1
+
+    await asyncio.gather(*(one() for _ in range(turns)))
+    return ok
+
+
+async def _client_main(system: str, base_url: str, turns: int, concurrency: int) -> dict[str, Any]:
+    call = _client(system, base_url)
+    await _turns(call, 3, 1)  # warm: lazy imports, first connection
+    base = _rss_mb()  # the growth above this is what the in-flight turns hold
+    t0 = time.perf_counter()
+    ok = await _turns(call, turns, concurrency)
+    seconds = time.perf_counter() - t0
+    peak = _rss_mb()
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return {"seconds": seconds, "answered": ok, "baseline_mb": base, "peak_mb": peak,
+            "cpu_seconds": u.ru_utime + u.ru_stime}
+
+
+def _serve() -> int:
+    import providers.fault_server as fs
+
+    # 200 clients connect at once: the stdlib default listen backlog (5) would drop SYNs.
+    fs._HTTPServer.request_queue_size = 1024
+    with fs.FaultServer({"default": {"kind": "answer", "text": "ok"}}) as srv:
+        print(srv.base_url, flush=True)
+        sys.stdin.read()  # until the parent closes our stdin
+        print(json.dumps(srv.counts), flush=True)
+    return 0
+
+
+def measure(turns: int = 2000, concurrency: int = 200, rounds: int = 3,
+            log: Any = None) -> dict[str, Any]:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bench.throughput", "serve"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    assert server.stdout is not None and server.stdin is not None
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SYSTEMS}
+    try:
+        base_url = server.stdout.readline().strip()
+        if not base_url.startswith("http://127.0.0.1:"):
+            raise RuntimeError(f"throughput server did not start: {base_url!r}")
+        for r in range(rounds):
+            order = SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]
+            for system in order:
+                out = subprocess.run(
+                    [sys.executable, "-m", "bench.throughput", "client", system, base_url,
+                     str(turns), str(concurrency)],
+                    capture_output=True, text=True, timeout=600,
+                )
+                if out.returncode != 0:
+                    raise RuntimeError(f"{system} throughput run failed: {out.stderr[-800:]}")
+                res = json.loads(out.stdout.strip().splitlines()[-1])
+                if res["answered"] != turns:
+                    raise RuntimeError(f"{system}: {res['answered']} of {turns} turns answered")
+                runs[system].append(res)
+                if log is not None:
+                    log(f"  round {r + 1} {system:9s} {res['seconds']:7.3f}s "
+                        f"rss {res['baseline_mb']:.1f} -> {res['peak_mb']:.1f} MB")
+    finally:
+        server.stdin.close()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        server.stdout.close()
+
+    def best(system: str) -> dict[str, Any]:
+        return min(runs[system], key=lambda x: x["seconds"])
+
+    def growth(system: str) -> float:
+        # Memory is less noisy than time: the median run's growth above baseline.
+        g = sorted(x["peak_mb"] - x["baseline_mb"] for x in runs[system])
+        return g[len(g) // 2]
+
+    fg, bare = best("fallgate"), best("bare_sdk")
+    return {
+        "turns": turns,
+        "concurrency": concurrency,
+        "fallgate_seconds": round(fg["seconds"], 3),
+        "bare_sdk_seconds": round(bare["seconds"], 3),
+        "peak_rss_mb_per_1k_turns": round(growth("fallgate") / turns * 1000, 3),
+        "_bare_sdk_peak_rss_mb_per_1k_turns": round(growth("bare_sdk") / turns * 1000, 3),
+        "_runs": runs,
+    }
+
+
+def main(argv: list[str]) -> int:
+    if argv[1] == "serve":
+        return _serve()
+    if argv[1] == "client":
+        res = asyncio.run(_client_main(argv[2], argv[3], int(argv[4]), int(argv[5])))
+        print(json.dumps(res), flush=True)
+        return 0
+    raise SystemExit(f"usage: python -m bench.throughput serve|client ...; got {argv[1:]}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))
