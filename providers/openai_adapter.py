@@ -171,6 +171,7 @@ class Fallgate(_Base):
         req = _Request.parse(create_kwargs)
         if req.stream:
             raise TypeError("run() does not stream; use chat.completions.create(stream=True)")
+        self._pool.check_open()
         return drive(
             self.policy,
             lambda a: self._attempt(a, req),
@@ -227,6 +228,7 @@ class AsyncFallgate(_Base):
         req = _Request.parse(create_kwargs)
         if req.stream:
             raise TypeError("arun() does not stream; use chat.completions.create(stream=True)")
+        self._pool.check_open()
 
         async def attempt(a: Attempt) -> ChatCompletion:
             async with self._pool.lease(a.target, a.credential) as client:
@@ -283,6 +285,7 @@ class _Completions:
         ChatCompletionChunk. Raises `fsm.TurnFailed` when no target could answer."""
         req = _Request.parse(kwargs)
         if req.stream:
+            self._gate._pool.check_open()
             return FallgateStream(self._gate, req)
         value: ChatCompletion = self._gate.run(**kwargs).value
         return value
@@ -304,6 +307,7 @@ class _AsyncCompletions:
     async def create(self, **kwargs: Any) -> ChatCompletion | AsyncFallgateStream:
         req = _Request.parse(kwargs)
         if req.stream:
+            self._gate._pool.check_open()
             return await AsyncFallgateStream(self._gate, req)._prime()
         value: ChatCompletion = (await self._gate.arun(**kwargs)).value
         return value

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import ssl
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 import attrs
+import httpx2
 import openai
 
 from fsm import Credential, MissingCredential, Target
@@ -39,12 +41,35 @@ __all__ = [
 ]
 
 
+_ssl_lock = threading.Lock()
+_ssl_context: ssl.SSLContext | None = None
+
+
+def shared_ssl_context() -> ssl.SSLContext:
+    """One verifying SSL context for every client we build.
+
+    Loading the CA store costs ~50 ms per SDK client; sharing the (thread-safe)
+    context makes per-(target, credential) clients and transport recovery cheap.
+    """
+    global _ssl_context
+    if _ssl_context is None:
+        with _ssl_lock:
+            if _ssl_context is None:
+                _ssl_context = httpx2.create_ssl_context()
+    return _ssl_context
+
+
 def openai_factory(timeout: float) -> ClientFactory:
     """The default sync factory: `openai.OpenAI` at the target's base_url, no SDK retries."""
 
     def build(target: Target, api_key: str) -> openai.OpenAI:
+        http = openai.DefaultHttpx2Client(verify=shared_ssl_context(), timeout=timeout)
         return openai.OpenAI(
-            api_key=api_key, base_url=target.base_url, max_retries=0, timeout=timeout
+            api_key=api_key,
+            base_url=target.base_url,
+            max_retries=0,
+            timeout=timeout,
+            http_client=http,
         )
 
     return build
@@ -54,8 +79,13 @@ def async_openai_factory(timeout: float) -> AsyncClientFactory:
     """The default async factory: `openai.AsyncOpenAI`, no SDK retries."""
 
     def build(target: Target, api_key: str) -> openai.AsyncOpenAI:
+        http = openai.DefaultAsyncHttpx2Client(verify=shared_ssl_context(), timeout=timeout)
         return openai.AsyncOpenAI(
-            api_key=api_key, base_url=target.base_url, max_retries=0, timeout=timeout
+            api_key=api_key,
+            base_url=target.base_url,
+            max_retries=0,
+            timeout=timeout,
+            http_client=http,
         )
 
     return build
@@ -152,6 +182,14 @@ class _Pool(Generic[C]):
             self._live.clear()
             self._retired.clear()
             return clients
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this fallgate client is closed")
 
     @property
     def open_clients(self) -> int:

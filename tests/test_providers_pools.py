@@ -1,0 +1,173 @@
+"""Credential pools end to end: rotation, attribution, keys read at use time.
+
+Rotation itself lives in the core; these tests prove, with the real SDK over
+real HTTP, that the key each request carried (as the fault server saw it) is
+the one the policy says, and that failures are charged to the credential and
+target that failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fsm import Policy, TurnFailed, instant_waits
+from providers import Fallgate
+from providers.fault_server import FaultServer
+
+MSG = [{"role": "user", "content": "hi"}]
+K1, K2 = "sk-test-primary-one-111111", "sk-test-primary-two-222222"
+
+
+@pytest.fixture(autouse=True)
+def _instant() -> Iterator[None]:
+    with instant_waits():
+        yield
+
+
+def target(srv: FaultServer, model: str, **creds: Any) -> dict[str, Any]:
+    return {"provider": "fault", "model": model, "base_url": srv.base_url, **creds}
+
+
+def keys_seen(srv: FaultServer, model: str) -> list[str | None]:
+    return [r.api_key for r in srv.requests if r.model == model]
+
+
+@pytest.mark.parametrize("status", [401, 429])
+def test_two_keys_on_the_primary_rotate(fault_server: FaultServer, status: int) -> None:
+    fault_server.script({"models": {"a": [{"kind": "status", "status": status}]}})
+    policy = Policy.from_dict(
+        {"primary": target(fault_server, "a", api_keys=[K1, K2]), "fallback_providers": []}
+    )
+    with Fallgate(policy) as gate:
+        result = gate.run(messages=MSG)
+    assert keys_seen(fault_server, "a") == [K1, K2]
+    assert [e.credential for e in result.trace if e.action == "Attempt"] == ["key#1", "key#2"]
+
+
+def test_persistent_401_on_both_keys_rotates_once_then_falls_back(
+    fault_server: FaultServer,
+) -> None:
+    fault_server.script({"models": {"a": [{"kind": "status", "status": 401}] * 5}})
+    policy = Policy.from_dict(
+        {
+            "primary": target(fault_server, "a", api_keys=[K1, K2]),
+            "fallback_providers": [target(fault_server, "b", api_key="sk-test-fallback-333")],
+        }
+    )
+    with Fallgate(policy) as gate:
+        assert gate.run(messages=MSG).model == "b"
+    assert keys_seen(fault_server, "a") == [K1, K2]
+
+
+def test_a_429_on_a_fallback_never_benches_the_primarys_keys(
+    fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both targets use the same env var (one account): the credential ids are equal,
+    # the cooldown is still charged to (fallback, credential) only.
+    monkeypatch.setenv("FG_SHARED_KEY", "sk-test-shared-444444")
+    fault_server.script(
+        {
+            "models": {
+                "a": [{"kind": "drop"}] * 3,
+                "b": [{"kind": "status", "status": 429, "headers": {"retry-after": "600"}}],
+            }
+        }
+    )
+    policy = Policy.from_dict(
+        {
+            "primary": target(fault_server, "a", key_env="FG_SHARED_KEY"),
+            "fallback_providers": [target(fault_server, "b", key_env="FG_SHARED_KEY")],
+            "max_attempts": 2,
+        }
+    )
+    with Fallgate(policy) as gate:
+        with pytest.raises(TurnFailed) as info:
+            gate.run(messages=MSG)
+        assert "rate_limited" in info.value.reasons["fallback_1"]
+        benched = gate.health.snapshot()["credentials"]
+        assert isinstance(benched, dict)
+        assert list(benched) == [(policy.targets[1].key, "env:FG_SHARED_KEY")]
+        # next turn: the primary is called at once, with the same key
+        result = gate.run(messages=MSG)
+    assert (result.model, result.attempts) == ("a", 1)
+    assert fault_server.counts == {"a": 4, "b": 1}
+
+
+def test_round_robin_spreads_turns_over_the_pool(fault_server: FaultServer) -> None:
+    policy = Policy.from_dict(
+        {"primary": target(fault_server, "a", api_keys=[K1, K2], rotation="round_robin")}
+    )
+    with Fallgate(policy) as gate:
+        for _ in range(4):
+            gate.run(messages=MSG)
+        assert gate.clients.built == 2
+    assert keys_seen(fault_server, "a") == [K1, K2, K1, K2]
+
+
+def test_a_missing_env_var_names_the_variable_and_falls_back(
+    fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FG_UNSET_KEY", raising=False)
+    policy = Policy.from_dict(
+        {
+            "primary": target(fault_server, "a", key_env="FG_UNSET_KEY"),
+            "fallback_providers": [target(fault_server, "b", api_key="sk-test-fallback-555")],
+        }
+    )
+    with Fallgate(policy) as gate:
+        result = gate.run(messages=MSG)
+        assert result.model == "b"
+        e = result.trace[1]
+        assert (e.event, e.source, e.dest) == ("auth", "primary", "fallback_1")
+        assert result.trace[0].credential == "env:FG_UNSET_KEY"
+    assert fault_server.counts == {"b": 1}
+
+
+def test_a_missing_env_var_with_no_fallback_fails_naming_it(
+    fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FG_UNSET_KEY", raising=False)
+    policy = Policy.from_dict({"primary": target(fault_server, "a", key_env="FG_UNSET_KEY")})
+    with Fallgate(policy) as gate:
+        with pytest.raises(TurnFailed) as info:
+            gate.run(messages=MSG)
+        assert "environment variable 'FG_UNSET_KEY'" in str(info.value)
+        assert "primary" in info.value.reasons
+        # setting it takes effect on the very next turn: no cross-turn bench
+        monkeypatch.setenv("FG_UNSET_KEY", "sk-test-now-set-666666")
+        assert gate.run(messages=MSG).model == "a"
+    assert keys_seen(fault_server, "a") == ["sk-test-now-set-666666"]
+
+
+def test_keys_are_read_at_use_time(
+    fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FG_ROTATING_KEY", "sk-test-old-777777")
+    policy = Policy.from_dict({"primary": target(fault_server, "a", key_env="FG_ROTATING_KEY")})
+    with Fallgate(policy) as gate:
+        gate.run(messages=MSG)
+        monkeypatch.setenv("FG_ROTATING_KEY", "sk-test-new-888888")
+        gate.run(messages=MSG)
+        assert gate.clients.built == 2
+        assert gate.clients.open_clients == 1  # the old client was closed
+    assert keys_seen(fault_server, "a") == ["sk-test-old-777777", "sk-test-new-888888"]
+
+
+def test_no_key_ever_reaches_an_error_or_trace(fault_server: FaultServer) -> None:
+    echo = {
+        "kind": "status",
+        "status": 401,
+        "body": {"error": {"message": f"Incorrect API key provided: {K1}", "type": "auth"}},
+    }
+    fault_server.script({"default": echo})
+    policy = Policy.from_dict({"primary": target(fault_server, "a", api_keys=[K1, K2])})
+    with Fallgate(policy) as gate:
+        with pytest.raises(TurnFailed) as info:
+            gate.run(messages=MSG)
+    text = str(info.value) + repr(info.value.reasons) + "".join(e.to_json() for e in info.value.trace)
+    assert K1 not in text and K2 not in text
+    assert K1[8:20] not in text
+    assert "***" in text
