@@ -1,0 +1,189 @@
+"""The diagrams committed under ``diagrams/``: what they show and how they are made.
+
+``make diagrams`` (``python -m providers.gallery [DIR]``) writes them; the
+tests regenerate them in memory and fail when a committed file is stale.
+
+* ``turn-machine.{md,mmd,dot,svg}``: the default policy's machine;
+* ``scenario-1.{md,dot,svg}``: SPEC scenario 1's path, highlighted, produced by
+  running the scenario on the pure core with scripted outcomes (no network);
+  ``scenario-1.toml`` and ``scenario-1.trace.jsonl`` are its policy and trace,
+  so ``fallgate diagram diagrams/scenario-1.toml --trace
+  diagrams/scenario-1.trace.jsonl`` redraws it.
+
+SVG needs Graphviz's ``dot``; without it the SVG files are left as they are.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from fsm import HealthStore, Policy, TraceEvent, declare, diagram, to_jsonl
+from fsm.defaults import default_policy
+from fsm.testing import FakeClock, play
+
+DIAGRAMS: Final = Path(__file__).resolve().parent.parent / "diagrams"
+
+#: SPEC scenario 1's chain: glm-5.1 -> glm-4.7, two attempts per target.
+SCENARIO_1_POLICY: Final[dict[str, Any]] = {
+    "max_attempts": 2,
+    "primary": {
+        "provider": "zai",
+        "model": "glm-5.1",
+        "base_url": "https://api.z.ai/api/paas/v4",
+        "key_env": "ZAI_API_KEY",
+    },
+    "fallback_providers": [
+        {
+            "provider": "zai",
+            "model": "glm-4.7",
+            "base_url": "https://api.z.ai/api/paas/v4",
+            "key_env": "ZAI_API_KEY",
+        }
+    ],
+}
+
+SCENARIO_1_TOML: Final = """\
+# SPEC scenario 1: chain glm-5.1 -> glm-4.7, at most 2 attempts per target.
+max_attempts = 2
+
+[primary]
+provider = "zai"
+model = "glm-5.1"
+base_url = "https://api.z.ai/api/paas/v4"
+key_env = "ZAI_API_KEY"
+
+[[fallback_providers]]
+provider = "zai"
+model = "glm-4.7"
+base_url = "https://api.z.ai/api/paas/v4"
+key_env = "ZAI_API_KEY"
+"""
+
+SCENARIO_1_INTRO: Final = """\
+SPEC scenario 1, played on the pure core with scripted outcomes. An earlier turn
+left the fallback's client unbuildable for a moment (its rebuild failed); in this
+turn the primary times out twice, its client is rebuilt (transport recovery), and
+then it answers 429. The 429 falls back to glm-4.7, which answers.
+Calls: glm-5.1 x3, glm-4.7 x1. Highlighted: the states visited and the edges
+taken, each labelled with its step number.
+"""
+
+DEFAULT_INTRO: Final = """\
+The turn machine of fallgate's default policy (`fsm/defaults.py`): a primary
+and three fallbacks, two credentials each. Every LLM call runs through exactly
+this machine; the diagram is generated from the same declaration that executes
+and that the model checker explores (`make diagrams` regenerates it).
+"""
+
+
+def scenario_1_policy() -> Policy:
+    return Policy.from_dict(SCENARIO_1_POLICY, source="scenario 1")
+
+
+def scenario_1_trace() -> tuple[TraceEvent, ...]:
+    """The trace of SPEC scenario 1's turn, on the pure core (deterministic)."""
+    policy = scenario_1_policy()
+    health, clock = HealthStore(), FakeClock()
+    # The earlier turn: rate limited on the primary, the fallback's client could
+    # not be built (transport faults, then its rebuild failed).
+    play(
+        policy,
+        ["rate_limited:1", "transport", "transport"],
+        health=health,
+        clock=clock,
+        rebuild_ok=False,
+        random=0.5,
+    )
+    clock.advance(60)
+    played = play(
+        policy,
+        ["transport", "transport", "rate_limited", "success"],
+        health=health,
+        clock=clock,
+        random=0.5,
+    )
+    models = played.models
+    if models != ["glm-5.1", "glm-5.1", "glm-5.1", "glm-4.7"] or played.state != "done":
+        raise AssertionError(f"scenario 1 no longer takes the expected path: {models}")
+    return played.trace
+
+
+def have_dot() -> bool:
+    return shutil.which("dot") is not None
+
+
+def svg_of(dot_source: str, timeout: float = 30.0) -> bytes:
+    """Render DOT to SVG with Graphviz's `dot` (raises FileNotFoundError without it)."""
+    exe = shutil.which("dot")
+    if exe is None:
+        raise FileNotFoundError("dot")
+    done = subprocess.run(
+        [exe, "-Tsvg"],
+        input=dot_source.encode(),
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"dot failed: {done.stderr.decode(errors='replace').strip()}")
+    return done.stdout
+
+
+def sources() -> dict[str, str]:
+    """Every committed text diagram, by file name (the SVGs are drawn from the .dot files)."""
+    default = declare(default_policy())
+    s1 = declare(scenario_1_policy())
+    trace = scenario_1_trace()
+    return {
+        "turn-machine.md": diagram.to_markdown(default, intro=DEFAULT_INTRO),
+        "turn-machine.mmd": diagram.to_mermaid(default),
+        "turn-machine.dot": diagram.to_dot(default),
+        "scenario-1.md": diagram.to_markdown(
+            s1,
+            trace,
+            title="SPEC scenario 1: a 429 after recovery still falls back",
+            intro=SCENARIO_1_INTRO,
+        ),
+        "scenario-1.dot": diagram.to_dot(
+            s1, trace, title="SPEC scenario 1: a 429 after timeouts and recovery falls back"
+        ),
+        "scenario-1.toml": SCENARIO_1_TOML,
+        "scenario-1.trace.jsonl": to_jsonl(trace),
+    }
+
+
+def write(out: Path = DIAGRAMS) -> list[Path]:
+    """Write every diagram into `out`; SVGs only when `dot` is installed."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in sources().items():
+        path = out / name
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+        if name.endswith(".dot") and have_dot():
+            svg = out / (name[:-4] + ".svg")
+            svg.write_bytes(svg_of(text))
+            written.append(svg)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    out = Path(args[0]) if args else DIAGRAMS
+    for path in write(out):
+        print(path)
+    if not have_dot():
+        print(
+            "note: Graphviz `dot` not found; SVGs not regenerated (apt-get install graphviz)",
+            file=sys.stderr,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

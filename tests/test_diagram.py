@@ -1,0 +1,217 @@
+"""Diagrams are read off the declaration: the user's chain, guards, a turn's path.
+
+The committed diagrams under diagrams/ are regenerated in memory here; a stale
+file fails the test (run `make diagrams`).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from fsm import Policy, TraceEvent, declare, diagram, from_jsonl
+from fsm.defaults import default_policy
+from fsm.testing import play
+from providers import gallery
+
+
+def policy(*models: str, **extra: object) -> Policy:
+    targets = [
+        {"provider": f"prov-{i}", "model": m, "api_key": f"sk-secret-{i}-abcdef"}
+        for i, m in enumerate(models)
+    ]
+    return Policy.from_dict({"primary": targets[0], "fallback_providers": targets[1:], **extra})
+
+
+def mermaid_ids(text: str) -> set[str]:
+    return set(re.findall(r"\bas (\S+)", text)) | set(re.findall(r"(\S+) --> (\S+)", text)[0])
+
+
+# -- what the picture shows ---------------------------------------------------------------------
+
+
+def test_every_state_of_the_users_chain_is_drawn_grouped_under_its_provider_and_model():
+    decl = declare(policy("m.one", "m-two", "end"))
+    text = diagram.to_mermaid(decl)
+    for s in decl.states:
+        assert f'"{s.name}"' in text
+    assert 'state "primary: prov-0 · m.one" as g_0 {' in text
+    assert 'state "fallback_2: prov-2 · end" as g_2 {' in text
+    dot = diagram.to_dot(decl)
+    assert 'label="fallback_1: prov-1 · m-two"' in dot
+    assert dot.count("subgraph cluster_t") == 3
+
+
+def test_mermaid_ids_are_safe_whatever_the_names():
+    decl = declare(policy("end", "state.v2", "a-b"))
+    text = diagram.to_mermaid(decl)
+    ids = re.findall(r'state "[^"]*" as (\S+)', text)
+    assert ids, text
+    for ident in ids:
+        assert re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", ident), ident
+        assert ident not in {"end", "state", "note", "class", "classDef", "direction"}
+    for src, dst in re.findall(r"^\s+(\S+) --> (\S+) :", text, re.M):
+        assert re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", src) and re.fullmatch(
+            r"[A-Za-z][A-Za-z0-9_]*", dst
+        )
+
+
+def test_triggers_between_the_same_two_states_collapse_into_one_edge_with_guards():
+    decl = declare(policy("a", "b"))
+    text = diagram.to_mermaid(decl)
+    loops = re.findall(r"^\s+s_primary --> s_primary : (.*)$", text, re.M)
+    assert len(loops) == 1
+    assert "rate_limited, quota, auth" in loops[0]
+    assert "[another credential free (rotations #lt; pool-1)]" in loops[0]
+    edges = re.findall(r"^\s+s_primary --> s_primary_timing_out : (.*)$", text, re.M)
+    assert edges == ["transport<br/>[streak #lt; 2 and attempts #lt; 3, not recovered]"]
+    # one edge per (source, dest) pair, never two
+    pairs = re.findall(r"^\s+(\S+) --> (\S+) :", text, re.M)
+    assert len(pairs) == len(set(pairs))
+
+
+def test_last_resort_edges_say_otherwise_and_the_fallback_set_is_named_once():
+    text = diagram.to_dot(declare(policy("a", "b")))
+    assert "otherwise: fault*" in text
+    assert "content_filtered, bad_request" in text
+    assert "fault* = transport, rate_limited, quota, overloaded, auth,\\l" in text
+    assert "[next eligible = fallback_1]" in text
+
+
+def test_cancelled_is_drawn_once_not_from_every_state():
+    decl = declare(policy("a", "b", "c"))
+    cancels = [t for t in decl.transitions if t.trigger == "cancelled"]
+    assert len(cancels) > 10
+    mm = diagram.to_mermaid(decl)
+    assert mm.count("s_aborted :") == 1
+    assert "cancelled (from any running state)" in mm
+    dot = diagram.to_dot(decl)
+    assert dot.count("-> s_aborted") == 1
+    assert "ltail=cluster_running" in dot
+
+
+def test_a_diagram_never_shows_a_key():
+    decl = declare(policy("a", "b"))
+    for text in (diagram.to_mermaid(decl), diagram.to_dot(decl), diagram.to_markdown(decl)):
+        assert "sk-secret" not in text
+        assert "abcdef" not in text
+
+
+# -- a turn's path ------------------------------------------------------------------------------
+
+
+def test_a_trace_highlights_the_states_visited_and_numbers_the_edges_taken():
+    pol = policy("a", "b")
+    played = play(pol, ["transport", "transport", "rate_limited", "success"], random=0.5)
+    decl = declare(pol)
+    mm = diagram.to_mermaid(decl, played.trace)
+    taken = re.search(r"^\s+class (\S+) taken$", mm, re.M)
+    assert taken is not None
+    assert taken.group(1).split(",") == [
+        "s_idle",
+        "s_primary",
+        "s_primary_timing_out",
+        "s_primary_recovering",
+        "s_fallback_1",
+        "s_done_1",
+    ]
+    assert "s_primary --> s_fallback_1 : ⑥ rate_limited<br/>[next eligible = fallback_1]" in mm
+    assert "s_primary_timing_out --> s_primary : ③ waited" in mm
+    dot = diagram.to_dot(decl, played.trace)
+    taken_edges = re.findall(
+        r"^\s+(\S+) -> (\S+) \[label=\"([^\"]*)\", color=\"#e8590c\"", dot, re.M
+    )
+    assert [(a, b) for a, b, _ in taken_edges] == [
+        ("s_idle", "s_primary"),
+        ("s_primary", "s_primary_timing_out"),
+        ("s_primary", "s_primary_recovering"),
+        ("s_primary", "s_fallback_1"),
+        ("s_primary_timing_out", "s_primary"),
+        ("s_primary_recovering", "s_primary"),
+        ("s_fallback_1", "s_done_1"),
+    ]
+    assert "penwidth=3.5" in dot
+    assert re.search(r's_primary \[label="primary".*xlabel="1,3,5"', dot)
+
+
+def test_a_trace_from_another_policy_is_refused_with_the_step_named():
+    three = play(policy("a", "b", "c"), ["not_found", "not_found", "success"]).trace
+    with pytest.raises(diagram.DiagramError, match=r"trace step 3: state 'fallback_2'"):
+        diagram.to_mermaid(declare(policy("a", "b")), three)
+    bogus = [TraceEvent(1, 0.0, "idle", "success", "done", "Finish")]
+    with pytest.raises(diagram.DiagramError, match="idle --success--> done is not declared"):
+        diagram.to_dot(declare(policy("a")), bogus)
+
+
+def test_markdown_has_a_mermaid_fence_and_the_step_table():
+    pol = policy("a", "b")
+    played = play(pol, ["overloaded", "success"], random=0.5)
+    md = diagram.to_markdown(declare(pol), played.trace, title="a turn")
+    assert md.startswith("# a turn\n")
+    assert "```mermaid\nstateDiagram-v2\n" in md
+    assert "| 2 | primary | overloaded | primary_backing_off | " in md
+
+
+# -- the committed diagrams ---------------------------------------------------------------------
+
+
+def test_scenario_1_trace_is_the_spec_path():
+    trace = gallery.scenario_1_trace()
+    assert [e.dest for e in trace] == [
+        "primary",
+        "primary_timing_out",
+        "primary",
+        "primary_recovering",
+        "primary",
+        "fallback_1",
+        "done",
+    ]
+    assert [e.model for e in trace if e.action == "Attempt"] == [
+        "glm-5.1",
+        "glm-5.1",
+        "glm-5.1",
+        "glm-4.7",
+    ]
+    assert gallery.scenario_1_policy() == Policy.from_toml(gallery.DIAGRAMS / "scenario-1.toml")
+
+
+def test_committed_diagrams_are_fresh():
+    stale = []
+    for name, text in gallery.sources().items():
+        path = gallery.DIAGRAMS / name
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            stale.append(name)
+    assert not stale, f"stale diagrams (run `make diagrams`): {stale}"
+    committed = from_jsonl((gallery.DIAGRAMS / "scenario-1.trace.jsonl").read_text())
+    assert tuple(committed) == gallery.scenario_1_trace()
+
+
+def test_committed_svgs_exist_for_every_dot_file():
+    for dot in gallery.DIAGRAMS.glob("*.dot"):
+        svg = dot.with_suffix(".svg")
+        assert svg.exists(), f"{svg.name} missing (run `make diagrams` with Graphviz installed)"
+        assert svg.read_text().lstrip().startswith("<?xml")
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` is not installed")
+def test_committed_svgs_are_drawn_from_the_committed_dot_sources():
+    # dot's SVG differs between Graphviz versions, so compare what it draws: every
+    # node and edge title of a fresh rendering appears in the committed SVG.
+    for dot in gallery.DIAGRAMS.glob("*.dot"):
+        fresh = gallery.svg_of(dot.read_text()).decode()
+        committed = dot.with_suffix(".svg").read_text()
+        titles = set(re.findall(r"<title>([^<]*)</title>", fresh))
+        assert titles == set(re.findall(r"<title>([^<]*)</title>", committed)), dot.name
+        labels = set(re.findall(r">([^<>]+)</text>", fresh))
+        assert labels == set(re.findall(r">([^<>]+)</text>", committed)), dot.name
+
+
+def test_the_default_policy_has_three_fallbacks_with_two_env_keys_each():
+    pol = default_policy()
+    assert len(pol.fallbacks) == 3
+    assert pol.max_attempts == 3
+    for t in pol.targets:
+        assert len(t.credentials) == 2
+        assert all(c.env and c.key is None for c in t.credentials)
