@@ -22,5 +22,14 @@ lint: $(STAMP)
 test: lint
 	$(VENV)/bin/pytest
 
+# Benchmarks (SPEC section 8): peers (tenacity, LiteLLM) are bench-only extras.
+BENCH_STAMP := $(VENV)/.installed-bench
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) -m bench --out build/bench.json
+
 clean:
 	rm -rf $(VENV) build .hypothesis

@@ -53,8 +53,12 @@ def bench_policy() -> Policy:
     """SPEC scenario 1's chain: glm-5.1 -> glm-4.7, two attempts per target."""
     return Policy(
         targets=[
-            Target("zai", "glm-5.1", "http://127.0.0.1:9/v1", credentials=[Credential.literal("sk-a")]),
-            Target("zai", "glm-4.7", "http://127.0.0.1:9/v1", credentials=[Credential.literal("sk-b")]),
+            Target(
+                "zai", "glm-5.1", "http://127.0.0.1:9/v1", credentials=[Credential.literal("sk-a")]
+            ),
+            Target(
+                "zai", "glm-4.7", "http://127.0.0.1:9/v1", credentials=[Credential.literal("sk-b")]
+            ),
         ],
         max_attempts=2,
     )
@@ -106,11 +110,20 @@ def _nosleep(_: float) -> None:
     return None
 
 
-def _drive_core(engine: type[Any], policy: Policy, outcomes: tuple[Outcome, ...],
-                health: HealthStore | None, clock: Clock) -> Any:
+def _drive_core(
+    engine: type[Any],
+    policy: Policy,
+    outcomes: tuple[Outcome, ...],
+    health: HealthStore | None,
+    clock: Clock,
+) -> Any:
     """The host loop of the sans-IO protocol, as a user with their own transport writes it."""
-    turn = engine(policy, health=health if health is not None else HealthStore(),
-                  clock=clock, random=random.random)
+    turn = engine(
+        policy,
+        health=health if health is not None else HealthStore(),
+        clock=clock,
+        random=random.random,
+    )
     a = turn.start()
     i = 0
     while True:
@@ -128,8 +141,12 @@ def _drive_core(engine: type[Any], policy: Policy, outcomes: tuple[Outcome, ...]
             raise RuntimeError(f"benchmark turn failed: {a}")
 
 
-def _bare_loop(call: Callable[[str], str], targets: tuple[str, ...], max_attempts: int = 2,
-               faults_before_recovery: int = 2) -> str:
+def _bare_loop(
+    call: Callable[[str], str],
+    targets: tuple[str, ...],
+    max_attempts: int = 2,
+    faults_before_recovery: int = 2,
+) -> str:
     """What people write by hand: retry timeouts with backoff, rebuild once, fall back."""
     last: BaseException | None = None
     for target in targets:
@@ -158,7 +175,9 @@ def _bare_loop(call: Callable[[str], str], targets: tuple[str, ...], max_attempt
     raise RuntimeError("all targets failed") from last
 
 
-def systems(policy: Policy | None = None) -> tuple[dict[str, Callable[[], object]], Callable[[], None]]:
+def systems(
+    policy: Policy | None = None,
+) -> tuple[dict[str, Callable[[], object]], Callable[[], None]]:
     """name -> one turn; plus a check that every system took the expected path."""
     policy = policy or bench_policy()
     shared = HealthStore()
@@ -186,6 +205,7 @@ def systems(policy: Policy | None = None) -> tuple[dict[str, Callable[[], object
         def one() -> object:
             script.i = 0
             return f()
+
         return one
 
     out: dict[str, Callable[[], object]] = {
@@ -195,14 +215,18 @@ def systems(policy: Policy | None = None) -> tuple[dict[str, Callable[[], object
         "fallgate_run_happy": reset_then(
             happy, lambda: run(policy, happy, health=shared, clock=clock, sleep=_nosleep)
         ),
-        "transitions_happy": lambda: _drive_core(TransitionsTurn, policy, HAPPY_OUTCOMES, shared, clock),
+        "transitions_happy": lambda: _drive_core(
+            TransitionsTurn, policy, HAPPY_OUTCOMES, shared, clock
+        ),
         "fallgate_fault": lambda: _drive_core(Turn, policy, FAULT_OUTCOMES, None, clock),
         "tenacity_fault": reset_then(fault, tenacity_fault),
         "bare_loop_fault": reset_then(fault, lambda: _bare_loop(fault, targets)),
         "fallgate_run_fault": reset_then(
             fault, lambda: run(policy, fault, health=HealthStore(), clock=clock, sleep=_nosleep)
         ),
-        "transitions_fault": lambda: _drive_core(TransitionsTurn, policy, FAULT_OUTCOMES, None, clock),
+        "transitions_fault": lambda: _drive_core(
+            TransitionsTurn, policy, FAULT_OUTCOMES, None, clock
+        ),
     }
 
     def check() -> None:

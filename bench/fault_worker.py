@@ -48,7 +48,9 @@ def fallgate(base_url: str, fallback: bool) -> Call:
 def _sdk(base_url: str, key: str, retries: int) -> Any:
     import openai
 
-    return openai.OpenAI(base_url=base_url, api_key=key, max_retries=retries, timeout=CLIENT_TIMEOUT)
+    return openai.OpenAI(
+        base_url=base_url, api_key=key, max_retries=retries, timeout=CLIENT_TIMEOUT
+    )
 
 
 def _with_fallback(primary: Call, fallback: Call | None) -> Call:
@@ -69,7 +71,9 @@ def sdk(base_url: str, fallback: bool) -> Call:
     p, f = _sdk(base_url, "sk-primary", 2), _sdk(base_url, "sk-fallback", 2)
     return _with_fallback(
         lambda: p.chat.completions.create(model=PRIMARY, messages=MESSAGES),
-        (lambda: f.chat.completions.create(model=FALLBACK, messages=MESSAGES)) if fallback else None,
+        (lambda: f.chat.completions.create(model=FALLBACK, messages=MESSAGES))
+        if fallback
+        else None,
     )
 
 
@@ -102,16 +106,22 @@ def litellm_router(base_url: str, fallback: bool) -> Call:
     model_list = [
         {
             "model_name": "primary",
-            "litellm_params": {"model": f"openai/{PRIMARY}", "api_base": base_url,
-                               "api_key": "sk-primary"},
+            "litellm_params": {
+                "model": f"openai/{PRIMARY}",
+                "api_base": base_url,
+                "api_key": "sk-primary",
+            },
         }
     ]
     if fallback:
         model_list.append(
             {
                 "model_name": "fallback",
-                "litellm_params": {"model": f"openai/{FALLBACK}", "api_base": base_url,
-                                   "api_key": "sk-fallback"},
+                "litellm_params": {
+                    "model": f"openai/{FALLBACK}",
+                    "api_base": base_url,
+                    "api_key": "sk-fallback",
+                },
             }
         )
     router = Router(

@@ -109,7 +109,9 @@ def measure(
             for system in systems:
                 r = _run_one(srv, sc, system, cap)
                 if log is not None:
-                    log(f"  {sc.name[:40]:40s} {system:28s} {r['seconds']:7.2f}s "
-                        f"req={r['requests']} answered={r['answered']} {r['_note'][:60]}")
+                    log(
+                        f"  {sc.name[:40]:40s} {system:28s} {r['seconds']:7.2f}s "
+                        f"req={r['requests']} answered={r['answered']} {r['_note'][:60]}"
+                    )
                 out.append(r)
     return out

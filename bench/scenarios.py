@@ -29,7 +29,8 @@ _QUOTA = {
     "status": 429,
     "body": {
         "error": {
-            "message": "You exceeded your current quota, please check your plan and billing details.",
+            "message": "You exceeded your current quota, please check your plan and billing "
+            "details.",
             "type": "insufficient_quota",
             "code": "insufficient_quota",
         }
@@ -115,4 +116,6 @@ class WindowedFaultServer(FaultServer):
             left = self._window_start + w[1] - now
         if left <= 0:
             return step, index
-        return Step(kind="status", status=429, headers=(("retry-after", str(math.ceil(left))),)), index
+        return Step(
+            kind="status", status=429, headers=(("retry-after", str(math.ceil(left))),)
+        ), index

@@ -71,8 +71,13 @@ async def _client_main(system: str, base_url: str, turns: int, concurrency: int)
     seconds = time.perf_counter() - t0
     peak = _rss_mb()
     u = resource.getrusage(resource.RUSAGE_SELF)
-    return {"seconds": seconds, "answered": ok, "baseline_mb": base, "peak_mb": peak,
-            "cpu_seconds": u.ru_utime + u.ru_stime}
+    return {
+        "seconds": seconds,
+        "answered": ok,
+        "baseline_mb": base,
+        "peak_mb": peak,
+        "cpu_seconds": u.ru_utime + u.ru_stime,
+    }
 
 
 def _serve() -> int:
@@ -87,11 +92,14 @@ def _serve() -> int:
     return 0
 
 
-def measure(turns: int = 2000, concurrency: int = 200, rounds: int = 3,
-            log: Any = None) -> dict[str, Any]:
+def measure(
+    turns: int = 2000, concurrency: int = 200, rounds: int = 3, log: Any = None
+) -> dict[str, Any]:
     server = subprocess.Popen(
         [sys.executable, "-m", "bench.throughput", "serve"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert server.stdout is not None and server.stdin is not None
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SYSTEMS}
@@ -103,9 +111,19 @@ def measure(turns: int = 2000, concurrency: int = 200, rounds: int = 3,
             order = SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]
             for system in order:
                 out = subprocess.run(
-                    [sys.executable, "-m", "bench.throughput", "client", system, base_url,
-                     str(turns), str(concurrency)],
-                    capture_output=True, text=True, timeout=600,
+                    [
+                        sys.executable,
+                        "-m",
+                        "bench.throughput",
+                        "client",
+                        system,
+                        base_url,
+                        str(turns),
+                        str(concurrency),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
                 )
                 if out.returncode != 0:
                     raise RuntimeError(f"{system} throughput run failed: {out.stderr[-800:]}")
@@ -114,8 +132,10 @@ def measure(turns: int = 2000, concurrency: int = 200, rounds: int = 3,
                     raise RuntimeError(f"{system}: {res['answered']} of {turns} turns answered")
                 runs[system].append(res)
                 if log is not None:
-                    log(f"  round {r + 1} {system:9s} {res['seconds']:7.3f}s "
-                        f"rss {res['baseline_mb']:.1f} -> {res['peak_mb']:.1f} MB")
+                    log(
+                        f"  round {r + 1} {system:9s} {res['seconds']:7.3f}s "
+                        f"rss {res['baseline_mb']:.1f} -> {res['peak_mb']:.1f} MB"
+                    )
     finally:
         server.stdin.close()
         try:

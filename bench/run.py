@@ -1,0 +1,219 @@
+"""Run every benchmark, print the table, write build/bench.json.
+
+    python -m bench                 # the full run (several minutes; `make bench`)
+    python -m bench --quick         # seconds: the smoke test's mode
+    python -m bench --only core,checker
+
+bench.json holds exactly the keys of issue 6; everything else (fsm.run and the
+`transitions` executor, per-model request counts, each round) goes to
+build/bench-details.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SECTIONS = ("core", "faults", "throughput", "checker")
+
+GOALS = {
+    "core_happy": "fallgate happy turn <= tenacity happy path",
+    "core_fault": "fallgate faulty turn <= 0.5 x tenacity (same attempts)",
+    "faults": "every scenario within 1.1 x oracle + 50 ms",
+    "throughput": "fallgate wall time <= 1.05 x bare SDK",
+    "checker": "default policy checked in < 5 s",
+}
+
+
+def _public(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if not k.startswith("_")}
+
+
+def run(
+    sections: tuple[str, ...], quick: bool, log: Any = print
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(bench.json content, details)."""
+    result: dict[str, Any] = {}
+    details: dict[str, Any] = {
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {_cpus()} CPUs",
+        "quick": quick,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    if "core" in sections:
+        from . import core
+
+        log("core overhead (µs per turn, best round, interleaved) ...")
+        us = core.measure(number=200 if quick else 2000, rounds=3 if quick else 9)
+        result["core"] = {
+            "fallgate_happy_us": round(us["fallgate_happy"], 2),
+            "tenacity_happy_us": round(us["tenacity_happy"], 2),
+            "fallgate_fault_us": round(us["fallgate_fault"], 2),
+            "tenacity_fault_us": round(us["tenacity_fault"], 2),
+            "bare_loop_fault_us": round(us["bare_loop_fault"], 2),
+        }
+        details["core_us"] = {k: round(v, 2) for k, v in us.items()}
+    if "faults" in sections:
+        from . import faults, scenarios
+        from .fault_worker import SYSTEMS
+
+        log("time to answer under faults (real SDK, real HTTP, loopback) ...")
+        if quick:
+            rows = faults.measure(
+                scenarios.SCENARIOS[3:4],
+                ("fallgate", "openai SDK (max_retries=2)"),
+                cap=10.0,
+                log=log,
+            )
+        else:
+            rows = faults.measure(scenarios.SCENARIOS, tuple(SYSTEMS), log=log)
+        result["faults"] = [_public(r) for r in rows]
+        details["faults"] = rows
+        details["oracles"] = {s.name: s.oracle_why for s in scenarios.SCENARIOS}
+    if "throughput" in sections:
+        from . import throughput
+
+        turns, conc, rounds = (60, 20, 1) if quick else (2000, 200, 3)
+        log(f"throughput ({turns} turns, concurrency {conc}, best of {rounds}) ...")
+        tp = throughput.measure(turns=turns, concurrency=conc, rounds=rounds, log=log)
+        result["throughput"] = _public(tp)
+        details["throughput"] = tp
+    if "checker" in sections:
+        from . import checker
+
+        log("checker (default policy) ...")
+        ck = checker.measure(rounds=1 if quick else 3)
+        result["checker"] = _public(ck)
+        details["checker"] = ck
+    return result, details
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 0
+
+
+def goals(result: dict[str, Any]) -> dict[str, bool]:
+    out: dict[str, bool] = {}
+    c = result.get("core")
+    if c:
+        out["core_happy"] = c["fallgate_happy_us"] <= c["tenacity_happy_us"]
+        out["core_fault"] = c["fallgate_fault_us"] <= 0.5 * c["tenacity_fault_us"]
+    rows = [r for r in result.get("faults", []) if r["system"] == "fallgate"]
+    if rows:
+        out["faults"] = all(
+            r["answered"] and r["seconds"] <= 1.1 * r["oracle_seconds"] + 0.05 for r in rows
+        )
+    t = result.get("throughput")
+    if t:
+        out["throughput"] = t["fallgate_seconds"] <= 1.05 * t["bare_sdk_seconds"]
+    k = result.get("checker")
+    if k:
+        out["checker"] = k["seconds"] < 5.0
+    return out
+
+
+def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
+    """The Markdown tables (what docs/bench.md and the README show)."""
+    lines: list[str] = []
+    c = result.get("core")
+    if c:
+        us = (details or {}).get("core_us", {})
+        lines += [
+            "**Core overhead** (µs per turn, pure core, no waiting; best of rounds)",
+            "",
+            "| turn | fallgate core | fallgate `fsm.run` | `transitions` executor "
+            "| tenacity | bare loop |",
+            "|---|---:|---:|---:|---:|---:|",
+            f"| happy (1 attempt) | {c['fallgate_happy_us']:.1f} "
+            f"| {_f(us.get('fallgate_run_happy'))} "
+            f"| {_f(us.get('transitions_happy'))} | {c['tenacity_happy_us']:.1f} "
+            f"| {_f(us.get('bare_loop_happy'))} |",
+            f"| faulty (timeout, timeout, recovery, 429, fallback, success: 4 attempts) "
+            f"| {c['fallgate_fault_us']:.1f} | {_f(us.get('fallgate_run_fault'))} "
+            f"| {_f(us.get('transitions_fault'))} | {c['tenacity_fault_us']:.1f} "
+            f"| {c['bare_loop_fault_us']:.1f} |",
+            "",
+        ]
+    rows = result.get("faults")
+    if rows:
+        lines += [
+            "**Time to answer under faults** (real `openai` SDK over real HTTP to the fault "
+            "server; client timeout 1 s; each run capped at 30 s)",
+            "",
+            "| scenario | oracle s | system | seconds | requests | answered |",
+            "|---|---:|---|---:|---:|:---:|",
+        ]
+        last = None
+        for r in rows:
+            sc = r["scenario"] if r["scenario"] != last else ""
+            orc = f"{r['oracle_seconds']:.2f}" if sc else ""
+            last = r["scenario"]
+            lines.append(
+                f"| {sc} | {orc} | {r['system']} | {r['seconds']:.2f} | {r['requests']} "
+                f"| {'yes' if r['answered'] else '**no**'} |"
+            )
+        lines.append("")
+    t = result.get("throughput")
+    if t:
+        extra = (details or {}).get("throughput", {})
+        bare_mem = extra.get("_bare_sdk_peak_rss_mb_per_1k_turns")
+        lines += [
+            f"**Throughput** ({t['turns']} turns, concurrency {t['concurrency']}, fast fault "
+            "server in its own process; best of rounds)",
+            "",
+            "| system | seconds | turns/s | peak RSS growth, MB per 1k turns |",
+            "|---|---:|---:|---:|",
+            f"| fallgate `AsyncFallgate` | {t['fallgate_seconds']:.2f} "
+            f"| {t['turns'] / t['fallgate_seconds']:.0f} | {t['peak_rss_mb_per_1k_turns']:.2f} |",
+            f"| bare `openai.AsyncOpenAI` | {t['bare_sdk_seconds']:.2f} "
+            f"| {t['turns'] / t['bare_sdk_seconds']:.0f} | {_f(bare_mem, 2)} |",
+            "",
+        ]
+    k = result.get("checker")
+    if k:
+        lines += [
+            "**Checker** (default policy, exhaustive)",
+            "",
+            "| states | seconds | states/s |",
+            "|---:|---:|---:|",
+            f"| {k['states']} | {k['seconds']:.2f} | {k['states_per_second']} |",
+            "",
+        ]
+    g = goals(result)
+    if g:
+        lines += ["**Goals**", "", "| goal | met |", "|---|:---:|"]
+        lines += [f"| {GOALS[name]} | {'yes' if ok else '**no**'} |" for name, ok in g.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _f(v: Any, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a reduced run (seconds)")
+    ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    ap.add_argument("--out", default="build/bench.json")
+    args = ap.parse_args(argv)
+    sections = tuple(s.strip() for s in args.only.split(",") if s.strip())
+    bad = [s for s in sections if s not in SECTIONS]
+    if bad:
+        ap.error(f"unknown section(s) {', '.join(bad)}; choose from {', '.join(SECTIONS)}")
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    result, details = run(sections, args.quick, log)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    (out.parent / (out.stem + "-details.json")).write_text(json.dumps(details, indent=2) + "\n")
+    print(table(result, details))
+    print(f"wrote {out}")
+    return 0
