@@ -31,5 +31,9 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(PY) -m bench --out build/bench.json
 
+# Regenerate diagrams/ (Mermaid, DOT; SVG when Graphviz `dot` is installed).
+diagrams: $(STAMP)
+	$(PY) -m providers.gallery diagrams
+
 clean:
 	rm -rf $(VENV) build .hypothesis
