@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import socket
 import ssl
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -59,11 +60,23 @@ def shared_ssl_context() -> ssl.SSLContext:
     return _ssl_context
 
 
+# The SDK's own pool limits; TCP_NODELAY because a request is written as head + body
+# and Nagle's algorithm would hold the body for the peer's delayed ACK (~40 ms).
+_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=5.0)
+_SOCKET_OPTIONS = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+
+
+def _transport_options() -> dict[str, Any]:
+    return {"verify": shared_ssl_context(), "limits": _LIMITS, "socket_options": _SOCKET_OPTIONS}
+
+
 def openai_factory(timeout: float) -> ClientFactory:
     """The default sync factory: `openai.OpenAI` at the target's base_url, no SDK retries."""
 
     def build(target: Target, api_key: str) -> openai.OpenAI:
-        http = openai.DefaultHttpx2Client(verify=shared_ssl_context(), timeout=timeout)
+        http = openai.DefaultHttpx2Client(
+            timeout=timeout, transport=httpx2.HTTPTransport(**_transport_options())
+        )
         return openai.OpenAI(
             api_key=api_key,
             base_url=target.base_url,
@@ -79,7 +92,9 @@ def async_openai_factory(timeout: float) -> AsyncClientFactory:
     """The default async factory: `openai.AsyncOpenAI`, no SDK retries."""
 
     def build(target: Target, api_key: str) -> openai.AsyncOpenAI:
-        http = openai.DefaultAsyncHttpx2Client(verify=shared_ssl_context(), timeout=timeout)
+        http = openai.DefaultAsyncHttpx2Client(
+            timeout=timeout, transport=httpx2.AsyncHTTPTransport(**_transport_options())
+        )
         return openai.AsyncOpenAI(
             api_key=api_key,
             base_url=target.base_url,

@@ -224,7 +224,7 @@ def test_bad_arguments_are_clear_errors_before_any_request(fault_server: FaultSe
             gate.run(messages=MSG, stream=True)
         with pytest.raises(KeyError, match="no target named 'zzz'"):
             gate.rebuild("zzz")
-    with pytest.raises(TypeError, match="fsm.Policy"):
+    with pytest.raises(TypeError, match=r"fsm\.Policy"):
         Fallgate({"primary": {}})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="timeout"):
         Fallgate(chain(fault_server, "a"), timeout=0)
@@ -244,12 +244,12 @@ def test_keyboard_interrupt_aborts_the_turn_and_propagates(fault_server: FaultSe
 
     def factory(target: Target, key: str) -> openai.OpenAI:
         http = httpx2.Client(event_hooks={"request": [interrupt]})
-        return openai.OpenAI(
-            base_url=target.base_url, api_key=key, max_retries=0, http_client=http
-        )
+        return openai.OpenAI(base_url=target.base_url, api_key=key, max_retries=0, http_client=http)
 
     seen: list[TraceEvent] = []
-    gate = Fallgate(chain(fault_server, "a", "b"), on_transition=seen.append, client_factory=factory)
+    gate = Fallgate(
+        chain(fault_server, "a", "b"), on_transition=seen.append, client_factory=factory
+    )
     with pytest.raises(KeyboardInterrupt):
         gate.run(messages=MSG)
     assert seen[-1].dest == "aborted"

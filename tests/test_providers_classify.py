@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -24,6 +25,7 @@ from providers.classify import (
     scrub,
 )
 from providers.fault_server import FaultServer
+from providers.pools import shared_ssl_context
 
 MSG = [{"role": "user", "content": "hi"}]
 KEY = "sk-test-0123456789abcdef"
@@ -33,12 +35,29 @@ def _error(body: dict[str, Any]) -> dict[str, Any]:
     return {"error": {"param": None, "code": None, "type": "invalid_request_error", **body}}
 
 
-def sdk_error(
-    srv: FaultServer, step: dict[str, Any], *, stream: bool = False, key: str = KEY
-) -> BaseException:
-    """Script one step, make one real SDK call, return what the SDK raised."""
-    srv.script({"models": {"m": [step]}})
-    with openai.OpenAI(base_url=srv.base_url, api_key=key, max_retries=0, timeout=0.25) as c:
+class Caller:
+    """Real SDK clients (one per key, retries off) against one fault server."""
+
+    def __init__(self, srv: FaultServer) -> None:
+        self.srv = srv
+        self.http = openai.DefaultHttpx2Client(verify=shared_ssl_context())
+        self.clients: dict[str, openai.OpenAI] = {}
+
+    def client(self, key: str) -> openai.OpenAI:
+        if key not in self.clients:
+            self.clients[key] = openai.OpenAI(
+                base_url=self.srv.base_url,
+                api_key=key,
+                max_retries=0,
+                timeout=0.25,
+                http_client=self.http,
+            )
+        return self.clients[key]
+
+    def error(self, step: dict[str, Any], *, stream: bool = False, key: str = KEY) -> BaseException:
+        """Script one step, make one real SDK call, return what the SDK raised."""
+        self.srv.script({"models": {"m": [step]}})
+        c = self.client(key)
         try:
             if stream:
                 for _ in c.chat.completions.create(model="m", messages=MSG, stream=True):
@@ -47,7 +66,16 @@ def sdk_error(
                 c.chat.completions.create(model="m", messages=MSG)
         except Exception as e:
             return e
-    raise AssertionError(f"the SDK did not raise for {step}")
+        raise AssertionError(f"the SDK did not raise for {step}")
+
+
+@pytest.fixture(scope="module")
+def sdk() -> Iterator[Caller]:
+    """One server and one set of clients for the module; each test sets its own script."""
+    with FaultServer() as srv:
+        caller = Caller(srv)
+        yield caller
+        caller.http.close()
 
 
 def status(code: int, body: Any = None, **headers: str) -> dict[str, Any]:
@@ -173,9 +201,9 @@ ROWS = [
 
 @pytest.mark.parametrize(("name", "step", "kind", "code"), ROWS, ids=[r[0] for r in ROWS])
 def test_status_rows_of_the_table(
-    fault_server: FaultServer, name: str, step: dict[str, Any], kind: OutcomeKind, code: int
+    sdk: Caller, name: str, step: dict[str, Any], kind: OutcomeKind, code: int
 ) -> None:
-    e = sdk_error(fault_server, step)
+    e = sdk.error(step)
     assert isinstance(e, openai.APIStatusError)
     o = classify_openai(e)
     assert (o.kind, o.status) == (kind, code), o
@@ -183,8 +211,8 @@ def test_status_rows_of_the_table(
     assert o.detail and len(o.detail) <= 200
 
 
-def test_an_html_error_page_is_summarised_not_dumped(fault_server: FaultServer) -> None:
-    e = sdk_error(fault_server, ROWS[5][1])
+def test_an_html_error_page_is_summarised_not_dumped(sdk: Caller) -> None:
+    e = sdk.error(ROWS[5][1])
     assert classify_openai(e).detail == "HTML error page"
 
 
@@ -199,9 +227,9 @@ TRANSPORT_ROWS = [
     ("name", "step", "detail"), TRANSPORT_ROWS, ids=[r[0] for r in TRANSPORT_ROWS]
 )
 def test_transport_rows_of_the_table(
-    fault_server: FaultServer, name: str, step: dict[str, Any], detail: str
+    sdk: Caller, name: str, step: dict[str, Any], detail: str
 ) -> None:
-    e = sdk_error(fault_server, step)
+    e = sdk.error(step)
     assert isinstance(e, openai.APIConnectionError)
     o = classify_openai(e)
     assert o.kind is OutcomeKind.TRANSPORT
@@ -222,34 +250,34 @@ def test_connection_refused_is_transport() -> None:
     assert "ConnectError" in o.detail
 
 
-def test_a_stream_cut_before_its_first_chunk_is_transport(fault_server: FaultServer) -> None:
-    e = sdk_error(fault_server, {"kind": "stream", "chunks": 0, "then": "cut"}, stream=True)
+def test_a_stream_cut_before_its_first_chunk_is_transport(sdk: Caller) -> None:
+    e = sdk.error({"kind": "stream", "chunks": 0, "then": "cut"}, stream=True)
     o = classify_openai(e)
     assert o.kind is OutcomeKind.TRANSPORT
     assert "incomplete chunked read" in o.detail
 
 
-def test_a_stream_error_event_is_a_server_error(fault_server: FaultServer) -> None:
-    e = sdk_error(fault_server, {"kind": "stream", "chunks": 0, "then": "error"}, stream=True)
+def test_a_stream_error_event_is_a_server_error(sdk: Caller) -> None:
+    e = sdk.error({"kind": "stream", "chunks": 0, "then": "error"}, stream=True)
     assert type(e) is openai.APIError  # no status: an SSE error event
     o = classify_openai(e)
     assert o.kind is OutcomeKind.OVERLOADED
     assert "scripted stream error" in o.detail
 
 
-def test_a_stream_error_event_saying_rate_limit_is_rate_limited(fault_server: FaultServer) -> None:
+def test_a_stream_error_event_saying_rate_limit_is_rate_limited(sdk: Caller) -> None:
     step = {
         "kind": "stream",
         "chunks": 0,
         "then": "error",
         "error": {"message": "Rate limit reached", "type": "rate_limit_error"},
     }
-    o = classify_openai(sdk_error(fault_server, step, stream=True))
+    o = classify_openai(sdk.error(step, stream=True))
     assert o.kind is OutcomeKind.RATE_LIMITED
 
 
-def test_a_stream_broken_after_delivery_is_stream_interrupted(fault_server: FaultServer) -> None:
-    cause = sdk_error(fault_server, {"kind": "stream", "chunks": 3, "then": "cut"}, stream=True)
+def test_a_stream_broken_after_delivery_is_stream_interrupted(sdk: Caller) -> None:
+    cause = sdk.error({"kind": "stream", "chunks": 3, "then": "cut"}, stream=True)
     o = classify_openai(StreamInterrupted("chunk-1 chunk-2 chunk-3 ", 3, cause))
     assert o.kind is OutcomeKind.STREAM_INTERRUPTED
     assert o.partial == "chunk-1 chunk-2 chunk-3 "
@@ -270,10 +298,8 @@ def test_cancellation_is_cancelled(exc: BaseException) -> None:
 @pytest.mark.parametrize(
     "step", [{"kind": "invalid_json"}, {"kind": "empty"}], ids=["invalid JSON", "empty body"]
 )
-def test_malformed_200_replies_are_server_errors(
-    fault_server: FaultServer, step: dict[str, Any]
-) -> None:
-    e = sdk_error(fault_server, step)
+def test_malformed_200_replies_are_server_errors(sdk: Caller, step: dict[str, Any]) -> None:
+    e = sdk.error(step)
     o = classify_openai(e)
     assert (o.kind, o.status) == (OutcomeKind.OVERLOADED, 200)
     assert o.detail.startswith("malformed reply: not valid JSON")
@@ -309,9 +335,9 @@ NOW = 1_900_000_000.0
     ids=lambda v: str(v)[:40],
 )
 def test_retry_after_is_read_from_real_headers(
-    fault_server: FaultServer, headers: dict[str, str], expected: float | None
+    sdk: Caller, headers: dict[str, str], expected: float | None
 ) -> None:
-    e = sdk_error(fault_server, {"kind": "status", "status": 429, "headers": headers})
+    e = sdk.error({"kind": "status", "status": 429, "headers": headers})
     o = classify_openai(e, now=NOW)
     assert o.kind is OutcomeKind.RATE_LIMITED
     if expected is None:
@@ -320,20 +346,20 @@ def test_retry_after_is_read_from_real_headers(
         assert o.retry_after == pytest.approx(expected, abs=1.0)
 
 
-def test_retry_after_hint_in_the_body(fault_server: FaultServer) -> None:
+def test_retry_after_hint_in_the_body(sdk: Caller) -> None:
     body = _error({"message": "Rate limit reached. Please try again in 20s.", "type": "tokens"})
-    o = classify_openai(sdk_error(fault_server, status(429, body)))
+    o = classify_openai(sdk.error(status(429, body)))
     assert (o.kind, o.retry_after) == (OutcomeKind.RATE_LIMITED, 20.0)
 
 
-def test_x_should_retry_true_makes_a_4xx_retryable(fault_server: FaultServer) -> None:
-    o = classify_openai(sdk_error(fault_server, status(400, x_should_retry="true")))
+def test_x_should_retry_true_makes_a_4xx_retryable(sdk: Caller) -> None:
+    o = classify_openai(sdk.error(status(400, x_should_retry="true")))
     assert o.kind is OutcomeKind.OVERLOADED
     assert "x-should-retry: true" in o.detail
 
 
-def test_x_should_retry_false_stops_retrying_a_rate_limit(fault_server: FaultServer) -> None:
-    o = classify_openai(sdk_error(fault_server, status(429, x_should_retry="false")))
+def test_x_should_retry_false_stops_retrying_a_rate_limit(sdk: Caller) -> None:
+    o = classify_openai(sdk.error(status(429, x_should_retry="false")))
     assert o.kind is OutcomeKind.QUOTA  # not retried on this credential: rotate or fall back
     assert "x-should-retry: false" in o.detail
 
@@ -374,8 +400,8 @@ ODD_KEY = "fgk_live_ABCDEFGH12345678QRST"  # no sk- prefix: only the request hea
         "Incorrect API key provided: sk-proj-****abcd. You can find your API key at ...",
     ],
 )
-def test_a_401_never_leaks_the_key_into_the_detail(fault_server: FaultServer, message: str) -> None:
-    e = sdk_error(fault_server, status(401, _error({"message": message})), key=ODD_KEY)
+def test_a_401_never_leaks_the_key_into_the_detail(sdk: Caller, message: str) -> None:
+    e = sdk.error(status(401, _error({"message": message})), key=ODD_KEY)
     o = classify_openai(e)
     assert o.kind is OutcomeKind.AUTH
     assert "***" in o.detail

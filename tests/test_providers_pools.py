@@ -167,7 +167,9 @@ def test_no_key_ever_reaches_an_error_or_trace(fault_server: FaultServer) -> Non
     with Fallgate(policy) as gate:
         with pytest.raises(TurnFailed) as info:
             gate.run(messages=MSG)
-    text = str(info.value) + repr(info.value.reasons) + "".join(e.to_json() for e in info.value.trace)
+    text = (
+        str(info.value) + repr(info.value.reasons) + "".join(e.to_json() for e in info.value.trace)
+    )
     assert K1 not in text and K2 not in text
     assert K1[8:20] not in text
     assert "***" in text

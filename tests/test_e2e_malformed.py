@@ -1,0 +1,132 @@
+"""Malformed and broken replies, end to end: each is a classified outcome in the
+trace and a clear final TurnFailed — never a crash inside the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fsm import Policy, TurnFailed, instant_waits
+from providers import Fallgate
+from providers.fault_server import FaultServer
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(autouse=True)
+def _instant() -> Iterator[None]:
+    with instant_waits():
+        yield
+
+
+def policy(srv: FaultServer, *models: str, **extra: Any) -> Policy:
+    targets = [
+        {"provider": "fault", "model": m, "base_url": srv.base_url, "api_key": f"sk-test-{m}-09"}
+        for m in models
+    ]
+    return Policy.from_dict({"targets": targets, "attempt_timeout": 0.5, **extra})
+
+
+BROKEN = [
+    (
+        "HTML 502 page",
+        {
+            "kind": "status",
+            "status": 502,
+            "body": "<!DOCTYPE html><html><body><h1>502 Bad Gateway</h1>nginx</body></html>",
+            "content_type": "text/html",
+        },
+        "overloaded",
+        "overloaded (HTTP 502): HTML error page",
+    ),
+    (
+        "invalid JSON with 200",
+        {"kind": "invalid_json"},
+        "overloaded",
+        "malformed reply: not valid JSON",
+    ),
+    ("empty body", {"kind": "empty"}, "overloaded", "malformed reply: not valid JSON"),
+    (
+        "body cut mid-way",
+        {"kind": "drop_mid_body"},
+        "transport",
+        "peer closed connection without sending complete message body",
+    ),
+    (
+        "connection dropped",
+        {"kind": "drop"},
+        "transport",
+        "Server disconnected without sending a response",
+    ),
+    (
+        "hang past the timeout",
+        {"kind": "hang", "seconds": 3},
+        "transport",
+        "timeout (ReadTimeout)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "step", "event", "reason"), BROKEN, ids=[b[0] for b in BROKEN])
+def test_a_broken_reply_is_classified_and_fails_clearly(
+    fault_server: FaultServer, name: str, step: dict[str, Any], event: str, reason: str
+) -> None:
+    fault_server.script({"default": step})
+    with Fallgate(policy(fault_server, "a", max_attempts=2, recover_transport=False)) as gate:
+        with pytest.raises(TurnFailed) as info:
+            gate.run(messages=MSG)
+    failed = info.value
+    assert failed.state == "failed"
+    assert str(failed).startswith("turn failed: primary ended with ")
+    assert reason in failed.reasons["primary"], failed.reasons
+    assert [e.event for e in failed.trace] == ["start", event, "waited", event]
+    assert fault_server.count("a") == 2
+
+
+@pytest.mark.parametrize(("name", "step", "event", "reason"), BROKEN, ids=[b[0] for b in BROKEN])
+def test_a_broken_reply_falls_back_to_a_healthy_target(
+    fault_server: FaultServer, name: str, step: dict[str, Any], event: str, reason: str
+) -> None:
+    fault_server.script({"models": {"a": [step]}})
+    with Fallgate(policy(fault_server, "a", "b", max_attempts=1, recover_transport=False)) as g:
+        result = g.run(messages=MSG)
+    assert result.model == "b"
+    assert [e.event for e in result.trace] == ["start", event, "success"]
+
+
+def test_a_stream_cut_before_its_first_chunk_is_a_transport_fault(
+    fault_server: FaultServer,
+) -> None:
+    fault_server.script({"default": {"kind": "stream", "chunks": 0, "then": "cut"}})
+    with Fallgate(policy(fault_server, "a", max_attempts=2, recover_transport=False)) as gate:
+        with pytest.raises(TurnFailed) as info:
+            gate.chat.completions.create(messages=MSG, stream=True)
+    assert "transport: connection error (RemoteProtocolError" in info.value.reasons["primary"]
+    assert info.value.partial is None
+
+
+@pytest.mark.parametrize(
+    ("value", "waited"),
+    [("1e308", None), ("-5", 0.0), ("soon, honestly", None), ("NaN", None), ("0", 0.0)],
+)
+def test_odd_retry_after_values_are_tolerated(
+    fault_server: FaultServer, value: str, waited: float | None
+) -> None:
+    rl = {"kind": "status", "status": 429, "headers": {"retry-after": value}}
+    fault_server.script({"models": {"a": [rl]}})
+    # prefer_waiting: with no fallback the engine may wait for the same key
+    p = policy(fault_server, "a", prefer_waiting=True, retry_after_cap=5)
+    with Fallgate(p) as gate:
+        if value == "1e308":  # a day: beyond the cap, the turn fails rather than sleeping
+            with pytest.raises(TurnFailed) as info:
+                gate.run(messages=MSG)
+            assert "rate_limited (HTTP 429)" in str(info.value)
+            return
+        result = gate.run(messages=MSG)
+    waits = [e.wait for e in result.trace if e.wait is not None]
+    assert len(waits) == 1 and 0.0 <= waits[0] <= 5.0
+    if waited is not None:
+        assert waits[0] == waited
+    assert fault_server.count("a") == 2
