@@ -297,3 +297,52 @@ def test_async_cancellation_aborts_the_turn_and_releases_the_client(
     assert time.monotonic() - t0 < 2.0
     assert seen[-1].dest == "aborted"
     assert fault_server.count("b") == 0
+
+
+def test_a_rebuild_never_breaks_another_turns_request_in_flight(
+    fault_server: FaultServer,
+) -> None:
+    # Turn X is waiting for a slow answer on `a` when turn Y's transport recovery
+    # rebuilds `a`'s client: X still gets its answer; the old client is closed after.
+    fault_server.script(
+        {
+            "models": {
+                "a": [
+                    {"kind": "answer", "text": "slow", "delay": 0.4},
+                    {"kind": "drop"},
+                    {"kind": "drop"},
+                    {"kind": "answer", "text": "after rebuild"},
+                ]
+            }
+        }
+    )
+
+    async def main() -> tuple[str, str]:
+        async with AsyncFallgate(chain(fault_server, "a", max_attempts=3)) as gate:
+            x = asyncio.create_task(gate.arun(messages=MSG))
+            while fault_server.count("a") == 0:
+                await asyncio.sleep(0.005)
+            y = await gate.arun(messages=MSG)
+            assert "primary_recovering" in [e.dest for e in y.trace]
+            assert gate.clients.stats()["retired_in_use"] == 1  # x still holds the old one
+            rx = await x
+            assert gate.clients.stats()["retired_in_use"] == 0
+            assert (gate.clients.built, gate.clients.open_clients) == (2, 1)
+            return rx.value.choices[0].message.content, y.value.choices[0].message.content
+
+    assert asyncio.run(main()) == ("slow", "after rebuild")
+
+
+def test_one_sync_client_serves_many_threads(fault_server: FaultServer) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    fault_server.script({"models": {"a": [{"kind": "status", "status": 503}] * 10}})
+    with Fallgate(chain(fault_server, "a", "b", max_attempts=1)) as gate:
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda _: gate.run(messages=MSG), range(40)))
+        assert gate.clients.built == 2
+    # every `a` attempt fails with a 503 (which also benches `a` for later turns)
+    assert all(r.state == "done" and r.model == "b" for r in results)
+    started_on_a = sum(r.trace[0].dest == "primary" for r in results)
+    assert fault_server.counts == {"a": started_on_a, "b": 40}
+    assert started_on_a >= 1
