@@ -212,6 +212,14 @@ def path_steps(decl: Declaration, trace: Iterable[TraceEvent]) -> list[Step]:
                     f"trace step {n}: state {name!r} ({role}) is not in this policy's machine "
                     "(was the trace recorded with another policy?)"
                 )
+        if ev.target is not None and ev.model is not None:
+            mine = next((t.model for t in decl.policy.targets if t.name == ev.target), None)
+            if mine != ev.model:
+                here = f"{mine!r} in this policy" if mine else "absent from this policy"
+                raise DiagramError(
+                    f"trace step {n}: target {ev.target} is model {ev.model!r} in the trace "
+                    f"but {here} (draw it with the policy the trace was recorded with)"
+                )
         declared = [t for t in groups.get((ev.source, ev.event), ()) if t.dest == ev.dest]
         if not declared:
             raise DiagramError(

@@ -215,3 +215,9 @@ def test_the_default_policy_has_three_fallbacks_with_two_env_keys_each():
     for t in pol.targets:
         assert len(t.credentials) == 2
         assert all(c.env and c.key is None for c in t.credentials)
+
+
+def test_a_trace_recorded_with_other_models_is_refused():
+    trace = play(policy("a", "b"), ["not_found", "success"]).trace
+    with pytest.raises(diagram.DiagramError, match=r"trace step 1: target primary is model 'a'"):
+        diagram.to_mermaid(declare(policy("x", "y")), trace)

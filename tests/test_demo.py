@@ -1,0 +1,109 @@
+"""`fallgate demo`: SPEC scenarios with the real openai SDK over real HTTP, in seconds.
+
+The demo checks itself (each scenario's final state, calls, and the requests the
+fault server saw); these tests check the demo: its JSON shape, the expected
+paths, the diagrams it writes, its speed, and that it leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from providers.cli import main
+
+EXPECTED = {
+    "scenario-1": (
+        "done",
+        [
+            ["primary", "glm-5.1"],
+            ["primary", "glm-5.1"],
+            ["primary", "glm-5.1"],
+            ["fallback_1", "glm-4.7"],
+        ],
+    ),
+    "retry-after": ("done", [["primary", "gpt-4.1"], ["fallback_1", "glm-4.7"]]),
+    "overloaded": (
+        "done",
+        [
+            ["primary", "gpt-4.1"],
+            ["primary", "gpt-4.1"],
+            ["primary", "gpt-4.1"],
+            ["fallback_1", "glm-4.7"],
+        ],
+    ),
+    "context-too-long": ("done", [["primary", "small-8k"], ["fallback_2", "large-128k"]]),
+    "stream-broken": ("failed", [["primary", "gpt-4.1"]]),
+}
+
+
+@pytest.fixture(scope="module")
+def demo_json(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict, Path, float, set]:
+    out = tmp_path_factory.mktemp("demo")
+    before = set(threading.enumerate())
+    t0 = time.perf_counter()
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(["demo", "--json", "--out", str(out)])
+    elapsed = time.perf_counter() - t0
+    time.sleep(0.05)
+    leftover = {t for t in threading.enumerate() if t not in before and t.is_alive()}
+    return code, json.loads(buf.getvalue()), out, elapsed, leftover
+
+
+def test_demo_json_lists_every_scenario_with_state_calls_and_elapsed(demo_json):
+    code, data, _, _, _ = demo_json
+    assert code == 0
+    assert list(data) == ["scenarios"]
+    names = [s["name"] for s in data["scenarios"]]
+    assert names == list(EXPECTED)
+    for s in data["scenarios"]:
+        assert {"name", "final_state", "calls", "elapsed"} <= set(s)
+        state, calls = EXPECTED[s["name"]]
+        assert s["final_state"] == state, s
+        assert s["calls"] == calls, s
+        assert isinstance(s["elapsed"], float) and 0 < s["elapsed"] < 5
+        assert s["ok"] is True
+
+
+def test_retry_after_171_is_answered_by_the_fallback_without_sleeping(demo_json):
+    _, data, _, _, _ = demo_json
+    by_name = {s["name"]: s for s in data["scenarios"]}
+    assert by_name["retry-after"]["elapsed"] < 2.0
+
+
+def test_demo_finishes_in_under_ten_seconds_and_leaves_nothing_running(demo_json):
+    _, _, _, elapsed, leftover = demo_json
+    assert elapsed < 10
+    assert not leftover, f"threads left running: {[t.name for t in leftover]}"
+
+
+def test_demo_writes_each_paths_diagram(demo_json):
+    _, _, out, _, _ = demo_json
+    for name in EXPECTED:
+        md = (out / f"{name}.md").read_text()
+        assert "```mermaid\nstateDiagram-v2" in md
+        assert "class s_idle" in md and " taken" in md  # the path is highlighted
+        if shutil.which("dot"):
+            assert (out / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+    assert "| 6 | primary | rate_limited | fallback_1 |" in (out / "scenario-1.md").read_text()
+
+
+def test_demo_prints_each_turns_path_as_a_table(capsys):
+    assert main(["demo", "--no-diagrams"]) == 0
+    text = capsys.readouterr().out
+    assert "#  elapsed  event" in text
+    assert "-> state" in text and "wait" in text and "next" in text
+    assert "rate_limited  HTTP 429, Retry-After 171s  fallback_1" in text
+    assert "call fallback_2 (large-128k)" in text
+    assert "never called: tiny-4k" in text
+    assert "'Once upon a time'" in text
+    assert "5/5 scenarios took their expected path" in text
+    assert "sk-demo" not in text  # keys never printed
