@@ -8,10 +8,41 @@ credential) client pools, and the fault-injecting server for tests
 
 from __future__ import annotations
 
-from .classify import ClientUnavailable, MalformedReply, StreamInterrupted, classify_openai
-from .openai_adapter import AsyncFallgate, Fallgate
-from .pools import AsyncClientPool, ClientPool, async_openai_factory, openai_factory
-from .streaming import AsyncFallgateStream, FallgateStream
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .classify import ClientUnavailable, MalformedReply, StreamInterrupted, classify_openai
+    from .openai_adapter import AsyncFallgate, Fallgate
+    from .pools import AsyncClientPool, ClientPool, async_openai_factory, openai_factory
+    from .streaming import AsyncFallgateStream, FallgateStream
+
+# Imported lazily: `providers.fault_server` and the pytest plugin must not pay
+# for importing the openai SDK (about a second) when they do not need it.
+_LAZY = {
+    "ClientUnavailable": "classify",
+    "MalformedReply": "classify",
+    "StreamInterrupted": "classify",
+    "classify_openai": "classify",
+    "AsyncFallgate": "openai_adapter",
+    "Fallgate": "openai_adapter",
+    "AsyncClientPool": "pools",
+    "ClientPool": "pools",
+    "async_openai_factory": "pools",
+    "openai_factory": "pools",
+    "AsyncFallgateStream": "streaming",
+    "FallgateStream": "streaming",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'providers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AsyncClientPool",

@@ -578,6 +578,7 @@ class _HTTPServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small SSE/JSON writes must not wait ~40 ms for ACKs
     server_version = "fallgate-fault-server/1"
     sys_version = ""
     timeout = 120  # idle keep-alive connections end after this
