@@ -608,36 +608,15 @@ def apply(
     o = s.outcome
     if o is not None and cls is not Fail and trigger != "success" and o.kind == trigger:
         detail = f"{s.describe(o)}; {detail}" if detail else s.describe(o)
+    name = model = cred_id = None
     if s.ti >= 0:
         tgt = s.policy.targets[s.ti]
-        cred = s.cred
-        ev = TraceEvent(
-            seq,
-            round(s.clock() - s.started, 6),
-            t.source,
-            trigger,
-            t.dest,
-            cls.__name__,
-            tgt.name,
-            tgt.model,
-            cred.id if cred is not None else None,
-            wait,
-            detail,
-        )
-    else:
-        ev = TraceEvent(
-            seq,
-            round(s.clock() - s.started, 6),
-            t.source,
-            trigger,
-            t.dest,
-            cls.__name__,
-            None,
-            None,
-            None,
-            wait,
-            detail,
-        )
+        name, model = tgt.name, tgt.model
+        cred_id = s.cred.id if s.cred is not None else None
+    ev = TraceEvent(
+        seq, round(s.clock() - s.started, 6), t.source, trigger, t.dest, cls.__name__,
+        name, model, cred_id, wait, detail,
+    )  # fmt: skip
     s.trace.append(ev)
     if cls is Fail:
         action.error.trace = tuple(s.trace)  # type: ignore[union-attr]
