@@ -52,6 +52,12 @@ class Scenario:
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
+        "healthy primary (reference: one request)",
+        {"models": {}},
+        0.0,
+        "one request; what every system pays per request on this machine",
+    ),
+    Scenario(
         "429 Retry-After 20 + healthy fallback",
         {"models": {PRIMARY: [{**_429, "headers": {"retry-after": "20"}}]}},
         0.0,
