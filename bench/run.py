@@ -65,7 +65,7 @@ def run(
         log("time to answer under faults (real SDK, real HTTP, loopback) ...")
         if quick:
             rows = faults.measure(
-                scenarios.SCENARIOS[3:4],
+                [s for s in scenarios.SCENARIOS if "insufficient_quota" in s.name],
                 ("fallgate", "openai SDK (max_retries=2)"),
                 cap=10.0,
                 log=log,
