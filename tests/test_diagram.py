@@ -221,3 +221,10 @@ def test_a_trace_recorded_with_other_models_is_refused():
     trace = play(policy("a", "b"), ["not_found", "success"]).trace
     with pytest.raises(diagram.DiagramError, match=r"trace step 1: target primary is model 'a'"):
         diagram.to_mermaid(declare(policy("x", "y")), trace)
+
+
+def test_the_cli_docs_embed_the_current_default_diagram():
+    doc = (gallery.DIAGRAMS.parent / "docs" / "cli.md").read_text()
+    fence = re.search(r"```mermaid\n(.*?)```", doc, re.S)
+    assert fence is not None
+    assert fence.group(1) == (gallery.DIAGRAMS / "turn-machine.mmd").read_text()
