@@ -70,7 +70,8 @@ left the fallback's client unbuildable for a moment (its rebuild failed); in thi
 turn the primary times out twice, its client is rebuilt (transport recovery), and
 then it answers 429. The 429 falls back to glm-4.7, which answers.
 Calls: glm-5.1 x3, glm-4.7 x1. Highlighted: the states visited and the edges
-taken, each labelled with its step number.
+taken, each labelled with its step number. Graphviz version:
+[scenario-1.svg](scenario-1.svg).
 """
 
 DEFAULT_INTRO: Final = """\
@@ -78,6 +79,7 @@ The turn machine of fallgate's default policy (`fsm/defaults.py`): a primary
 and three fallbacks, two credentials each. Every LLM call runs through exactly
 this machine; the diagram is generated from the same declaration that executes
 and that the model checker explores (`make diagrams` regenerates it).
+The same machine drawn by Graphviz: [turn-machine.svg](turn-machine.svg).
 """
 
 
