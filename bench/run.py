@@ -168,12 +168,16 @@ def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
             f"**Throughput** ({t['turns']} turns, concurrency {t['concurrency']}, fast fault "
             "server in its own process; best of rounds)",
             "",
-            "| system | seconds | turns/s | peak RSS growth, MB per 1k turns |",
-            "|---|---:|---:|---:|",
+            "| system | seconds | turns/s | client CPU ms/turn "
+            "| peak RSS growth, MB per 1k turns |",
+            "|---|---:|---:|---:|---:|",
             f"| fallgate `AsyncFallgate` | {t['fallgate_seconds']:.2f} "
-            f"| {t['turns'] / t['fallgate_seconds']:.0f} | {t['peak_rss_mb_per_1k_turns']:.2f} |",
+            f"| {t['turns'] / t['fallgate_seconds']:.0f} "
+            f"| {_f(extra.get('_fallgate_cpu_ms_per_turn'), 2)} "
+            f"| {t['peak_rss_mb_per_1k_turns']:.2f} |",
             f"| bare `openai.AsyncOpenAI` | {t['bare_sdk_seconds']:.2f} "
-            f"| {t['turns'] / t['bare_sdk_seconds']:.0f} | {_f(bare_mem, 2)} |",
+            f"| {t['turns'] / t['bare_sdk_seconds']:.0f} "
+            f"| {_f(extra.get('_bare_sdk_cpu_ms_per_turn'), 2)} | {_f(bare_mem, 2)} |",
             "",
         ]
     k = result.get("checker")

@@ -66,18 +66,24 @@ async def _client_main(system: str, base_url: str, turns: int, concurrency: int)
     call = _client(system, base_url)
     await _turns(call, 3, 1)  # warm: lazy imports, first connection
     base = _rss_mb()  # the growth above this is what the in-flight turns hold
+    cpu0 = _cpu()
     t0 = time.perf_counter()
     ok = await _turns(call, turns, concurrency)
     seconds = time.perf_counter() - t0
+    cpu = _cpu() - cpu0
     peak = _rss_mb()
-    u = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "seconds": seconds,
         "answered": ok,
         "baseline_mb": base,
         "peak_mb": peak,
-        "cpu_seconds": u.ru_utime + u.ru_stime,
+        "client_cpu_ms_per_turn": cpu / turns * 1000,
     }
+
+
+def _cpu() -> float:
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
 
 
 def _serve() -> int:
@@ -134,7 +140,8 @@ def measure(
                 if log is not None:
                     log(
                         f"  round {r + 1} {system:9s} {res['seconds']:7.3f}s "
-                        f"rss {res['baseline_mb']:.1f} -> {res['peak_mb']:.1f} MB"
+                        f"rss {res['baseline_mb']:.1f} -> {res['peak_mb']:.1f} MB, "
+                        f"client CPU {res['client_cpu_ms_per_turn']:.2f} ms/turn"
                     )
     finally:
         server.stdin.close()
@@ -161,6 +168,13 @@ def measure(
         "bare_sdk_seconds": round(bare["seconds"], 3),
         "peak_rss_mb_per_1k_turns": round(growth("fallgate") / turns * 1000, 3),
         "_bare_sdk_peak_rss_mb_per_1k_turns": round(growth("bare_sdk") / turns * 1000, 3),
+        # CPU the client process spent per turn (best run): less noisy than wall time
+        "_fallgate_cpu_ms_per_turn": round(
+            min(x["client_cpu_ms_per_turn"] for x in runs["fallgate"]), 3
+        ),
+        "_bare_sdk_cpu_ms_per_turn": round(
+            min(x["client_cpu_ms_per_turn"] for x in runs["bare_sdk"]), 3
+        ),
         "_runs": runs,
     }
 
