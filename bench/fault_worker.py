@@ -1,9 +1,11 @@
 """One system answering one scenario, in its own process (so a run can be capped).
 
 Protocol with the parent (`bench.faults`): argv[1] is JSON {system, base_url,
-fallback}; the child builds its clients (untimed: imports and construction are
-not the turn), prints ``ready``, makes one chat completion through the chain,
-and prints one JSON line {seconds, answered, error}.
+fallback}. The child builds its clients and warms them with a request for the
+unscripted model `WARMUP` (untimed: imports, first-use costs and connection
+set-up are not the turn; the parent leaves WARMUP out of the counts), prints
+``ready``, makes one chat completion through the chain, and prints one JSON
+line {seconds, answered, error}.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .scenarios import CLIENT_TIMEOUT, FALLBACK, PRIMARY
+from .scenarios import CLIENT_TIMEOUT, FALLBACK, PRIMARY, WARMUP
 
 MESSAGES = [{"role": "user", "content": "Say hi."}]
 Call = Callable[[], Any]
@@ -33,16 +35,22 @@ def _policy(base_url: str, fallback: bool) -> Any:
     return Policy(targets=targets, max_attempts=2, attempt_timeout=CLIENT_TIMEOUT)
 
 
-def fallgate(base_url: str, fallback: bool) -> Call:
+def fallgate(base_url: str, fallback: bool) -> tuple[Call, Call]:
     import providers
+    from fsm import Policy, Target
 
     policy = _policy(base_url, fallback)
     client = providers.Fallgate(policy)
-    for t in policy.targets:  # build the clients up front, as the peers' are
-        for c in t.pool():
-            with client.clients.lease(t, c):
-                pass
-    return lambda: client.chat.completions.create(model=PRIMARY, messages=MESSAGES)
+    warm_gate = providers.Fallgate(Policy(targets=[Target("fault", WARMUP, base_url)]))
+
+    def warm() -> None:
+        warm_gate.chat.completions.create(model=WARMUP, messages=MESSAGES)  # code paths
+        for t in policy.targets:  # the real clients, and their connections
+            for c in t.pool():
+                with client.clients.lease(t, c) as sdk_client:
+                    sdk_client.chat.completions.create(model=WARMUP, messages=MESSAGES)
+
+    return (lambda: client.chat.completions.create(model=PRIMARY, messages=MESSAGES)), warm
 
 
 def _sdk(base_url: str, key: str, retries: int) -> Any:
@@ -67,17 +75,26 @@ def _with_fallback(primary: Call, fallback: Call | None) -> Call:
     return call
 
 
-def sdk(base_url: str, fallback: bool) -> Call:
+def _warm(*clients: Any) -> Call:
+    def warm() -> None:
+        for c in clients:
+            c.chat.completions.create(model=WARMUP, messages=MESSAGES)
+
+    return warm
+
+
+def sdk(base_url: str, fallback: bool) -> tuple[Call, Call]:
     p, f = _sdk(base_url, "sk-primary", 2), _sdk(base_url, "sk-fallback", 2)
-    return _with_fallback(
+    call = _with_fallback(
         lambda: p.chat.completions.create(model=PRIMARY, messages=MESSAGES),
         (lambda: f.chat.completions.create(model=FALLBACK, messages=MESSAGES))
         if fallback
         else None,
     )
+    return call, _warm(p, f)
 
 
-def tenacity_sdk(base_url: str, fallback: bool) -> Call:
+def tenacity_sdk(base_url: str, fallback: bool) -> tuple[Call, Call]:
     """The OpenAI cookbook's recipe, with the SDK's own retries off so they do not multiply."""
     from tenacity import retry, stop_after_attempt, wait_random_exponential
 
@@ -91,10 +108,15 @@ def tenacity_sdk(base_url: str, fallback: bool) -> Call:
     def secondary() -> Any:
         return f.chat.completions.create(model=FALLBACK, messages=MESSAGES)
 
-    return _with_fallback(primary, secondary if fallback else None)
+    @retry(wait=wait_random_exponential(min=1, max=60), stop=stop_after_attempt(6), reraise=True)
+    def warm() -> Any:
+        for c in (p, f):
+            c.chat.completions.create(model=WARMUP, messages=MESSAGES)
+
+    return _with_fallback(primary, secondary if fallback else None), warm
 
 
-def litellm_router(base_url: str, fallback: bool) -> Call:
+def litellm_router(base_url: str, fallback: bool) -> tuple[Call, Call]:
     """LiteLLM's Router as its docs configure fallbacks (loopback only, no telemetry)."""
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     os.environ["LITELLM_TELEMETRY"] = "False"
@@ -130,10 +152,30 @@ def litellm_router(base_url: str, fallback: bool) -> Call:
         num_retries=2,
         timeout=CLIENT_TIMEOUT,
     )
-    return lambda: router.completion(model="primary", messages=MESSAGES)
+    # LiteLLM keeps one client per deployment: warm each with a request for a model
+    # the scenario does not script (the server answers it; the count leaves it out).
+    warmers = [
+        Router(
+            model_list=[
+                {
+                    "model_name": "warm",
+                    "litellm_params": {**d["litellm_params"], "model": f"openai/{WARMUP}"},
+                }
+            ],
+            num_retries=0,
+            timeout=CLIENT_TIMEOUT,
+        )
+        for d in model_list
+    ]
+
+    def warm() -> None:
+        for w in warmers:
+            w.completion(model="warm", messages=MESSAGES)
+
+    return (lambda: router.completion(model="primary", messages=MESSAGES)), warm
 
 
-SYSTEMS: dict[str, Callable[[str, bool], Call]] = {
+SYSTEMS: dict[str, Callable[[str, bool], tuple[Call, Call]]] = {
     "fallgate": fallgate,
     "openai SDK (max_retries=2)": sdk,
     "tenacity + SDK": tenacity_sdk,
@@ -143,7 +185,8 @@ SYSTEMS: dict[str, Callable[[str, bool], Call]] = {
 
 def main(argv: list[str]) -> int:
     args = json.loads(argv[1])
-    call = SYSTEMS[args["system"]](args["base_url"], bool(args["fallback"]))
+    call, warm = SYSTEMS[args["system"]](args["base_url"], bool(args["fallback"]))
+    warm()
     print("ready", flush=True)
     t0 = time.perf_counter()
     answered, error = False, ""

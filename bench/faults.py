@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .fault_worker import SYSTEMS
-from .scenarios import SCENARIOS, Scenario, WindowedFaultServer
+from .scenarios import SCENARIOS, WARMUP, Scenario, WindowedFaultServer
 
 DEFAULT_CAP = 30.0
 READY_TIMEOUT = 120.0  # imports (LiteLLM takes seconds)
@@ -59,7 +59,7 @@ def _run_one(srv: WindowedFaultServer, sc: Scenario, system: str, cap: float) ->
         if proc.stderr is not None:
             proc.stderr.close()
     time.sleep(0.1)  # let the server see the hang-ups before counting
-    counts = srv.counts
+    counts = {m: n for m, n in srv.counts.items() if m != WARMUP}
     return {
         "scenario": sc.name,
         "system": system,

@@ -19,6 +19,7 @@ from providers.fault_server import FaultServer, Step
 
 PRIMARY = "glm-5.1"
 FALLBACK = "glm-4.7"
+WARMUP = "warmup"  # never scripted: answered by the default step, not counted
 CLIENT_TIMEOUT = 1.0
 
 _TIMEOUT = {"kind": "timeout", "seconds": 5}
