@@ -223,8 +223,9 @@ def test_a_trace_recorded_with_other_models_is_refused():
         diagram.to_mermaid(declare(policy("x", "y")), trace)
 
 
-def test_the_cli_docs_embed_the_current_default_diagram():
-    doc = (gallery.DIAGRAMS.parent / "docs" / "cli.md").read_text()
+@pytest.mark.parametrize("page", ["docs/cli.md", "README.md"])
+def test_the_docs_embed_the_current_default_diagram(page):
+    doc = (gallery.DIAGRAMS.parent / page).read_text()
     fence = re.search(r"```mermaid\n(.*?)```", doc, re.S)
     assert fence is not None
     assert fence.group(1) == (gallery.DIAGRAMS / "turn-machine.mmd").read_text()
