@@ -6,7 +6,7 @@
 
 bench.json holds exactly the keys of issue 6; everything else (fsm.run and the
 `transitions` executor, per-model request counts, each round) goes to
-build/bench-details.json.
+build/bench-details.json, and the Markdown tables to build/bench.md.
 """
 
 from __future__ import annotations
@@ -222,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     (out.parent / (out.stem + "-details.json")).write_text(json.dumps(details, indent=2) + "\n")
-    print(table(result, details))
-    print(f"wrote {out}")
+    text = table(result, details)
+    (out.parent / (out.stem + ".md")).write_text(text + "\n")
+    print(text)
+    print(f"wrote {out} (and {out.stem}-details.json, {out.stem}.md beside it)")
     return 0
