@@ -653,8 +653,10 @@ class Checker:
         self.on_rebuild = (step(REBUILT), step(REBUILD_FAILED), cancel)
         self.on_idle = (step(START), cancel)
         self.on_end = (step(NEXT_TURN),)
-        self.outcomes = {st: outcome_for(st[0], dict(st[1])) for st in out}
-        self.outcomes[cancel] = outcome_for(CANCELLED, {})
+        self.outcomes: dict[Step, Outcome | None] = {
+            st: outcome_for(st[0], dict(st[1]))
+            for st in (*self.on_attempt, *self.on_wait, *self.on_rebuild, *self.on_idle)
+        }
         p = self.policy
         self.fallback_steps = tuple(
             st
@@ -1091,7 +1093,7 @@ class Checker:
         source = s.state
         prev_action = s.action
         now0 = clock.t
-        outcome = self.outcomes.get(ev)
+        outcome = self.outcomes[ev] if ev in self.outcomes else outcome_for(trigger, dict(ev[1]))
         if trigger == WAITED:
             if isinstance(prev_action, Wait) and math.isfinite(prev_action.seconds):
                 clock.advance(prev_action.seconds)
@@ -1393,7 +1395,7 @@ class Checker:
             if not (policy.continue_streams and rule.retry and j == o.cur):
                 self._broken(
                     "committed_streams_not_replayed",
-                    f"called {name} again after a stream had delivered output",
+                    f"called {name} after a stream had delivered output (a replay)",
                     nid,
                     ev,
                 )
@@ -1773,6 +1775,55 @@ def _describe(t: Any, policy: Policy) -> str:
         f" [{t.guard}{'=' + policy.targets[t.arg].name if t.arg >= 0 else ''}]" if t.guard else ""
     )
     return f"{t.source} --{t.trigger}{guard}--> {t.dest}"
+
+
+class Monitor(Checker):
+    """The checker's per-transition property checks along one run, step by step (for
+    fuzzing: Hypothesis drives it with random policies and random outcomes).
+
+    `feed(step)` applies one step (any trigger, any Retry-After, ``next_turn``) and
+    checks it; `violations` holds what broke, each with the steps so far.
+    """
+
+    def __init__(self, policy: Policy, **kw: Any) -> None:
+        super().__init__(policy, abstract_time=False, **kw)
+        self.clock = FakeClock(_START_TIME)
+        self.health = self.health_factory()
+        self.steps: list[Step] = []
+        self.live = {0: _Live(self._new_turn(self.health, self.clock), self.clock, _Obs(self.n, 1))}
+
+    @property
+    def turn(self) -> _TurnBase:
+        return self.live[0].turn
+
+    @property
+    def obs_events(self) -> int:
+        return self.live[0].obs.events
+
+    def allowed(self) -> str:
+        """What the host may feed now: "start", "outcome", "waited", "rebuilt" or "end"."""
+        s = self.turn.s
+        if s.state in TERMINALS:
+            return "end"
+        a = s.action
+        if a is None:
+            return "start"
+        if isinstance(a, Wait):
+            return "waited"
+        if isinstance(a, Rebuild):
+            return "rebuilt"
+        return "outcome"
+
+    def feed(self, st: Step) -> None:
+        live = self.live[0]
+        h = live.turn.s.health
+        pre: _Facts = (dict(h._target_until), dict(h._cred_until), dict(h._streak))
+        self.transitions += 1
+        self._fire(-1, live, st, pre)
+        self.steps.append(st)
+
+    def path(self, nid: int, *extra: Step) -> tuple[Step, ...]:
+        return (*self.steps, *extra)
 
 
 # -- public entry points --------------------------------------------------------------------------

@@ -1,0 +1,34 @@
+"""Shared test configuration: Hypothesis profiles.
+
+* ``ci`` (the default): a meaningful budget that keeps the whole suite in minutes —
+  property tests get 200 examples; the stateful turn fuzzer 200 runs of up to 60 steps.
+* ``fuzz`` (``make fuzz``): 5000 examples / runs of up to 200 steps, no deadline.
+* ``dev``: 20 examples, for quick local iterations.
+
+Select one with ``HYPOTHESIS_PROFILE=fuzz`` (or pytest's ``--hypothesis-profile``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=200,
+    stateful_step_count=60,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "fuzz",
+    max_examples=5000,
+    stateful_step_count=200,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=20, stateful_step_count=30, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -1,0 +1,171 @@
+"""Proof that the model checker can fail: deliberately broken machines, each caught
+with a short, replayable counterexample naming the broken property.
+
+Every broken machine below is the real executor with one piece swapped (a guard, a
+declaration, an effect, a health store); the same policy with nothing swapped passes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+from fsm import HealthStore, Policy
+from fsm.checker import check_policy, replay, step
+from fsm.machine import Declaration, Transition, declare
+from fsm.turn import TurnState
+
+
+def chain(n: int, keys: int = 1, attempts: int = 2) -> Policy:
+    """Scenario 1's shape: a primary and n-1 fallbacks, `keys` keys each."""
+
+    def target(i: int) -> dict[str, Any]:
+        return {
+            "provider": f"p{i}",
+            "model": f"m{i}",
+            "api_keys": [f"sk-live-{i}-{k}-abcdef" for k in range(keys)],
+        }
+
+    return Policy.from_dict(
+        {
+            "primary": target(0),
+            "fallback_providers": [target(i) for i in range(1, n)],
+            "max_attempts": attempts,
+        }
+    )
+
+
+@pytest.mark.parametrize("policy", [chain(2), chain(1, keys=2), chain(3, keys=2)])
+def test_the_unmodified_machine_passes_on_the_policies_used_below(policy):
+    report = check_policy(policy)
+    assert report.ok, report.text()
+
+
+# (a) The original bug: a stale "fallback exhausted" fact survives a successful transport
+# recovery, so the next fallback-triggering outcome ends the turn instead of falling back.
+def stale_next_is(s: TurnState, arg: int) -> bool:
+    return not s.recovered and s.next_eligible() == arg
+
+
+def test_a_stale_fallback_index_after_recovery_breaks_the_fallback_gate():
+    policy = chain(2)
+    report = check_policy(policy, guards={"next_is": stale_next_is})
+    v = report.violations["fallback_gate"]
+    assert not report.holds("fallback_gate")
+    # timeout, timeout -> recovery -> rebuilt -> one more fault: 6 events, the minimum
+    assert v.length == 6
+    assert [t for t, _ in v.steps[:5]] == ["start", "transport", "waited", "transport", "rebuilt"]
+    assert v.steps[5][0] in {"transport", "rate_limited", "quota", "overloaded", "auth"}
+    assert "fallback_1 was eligible" in v.why
+    # The counterexample replays on a fresh turn and reproduces the failure ...
+    turn = replay(policy, v.steps, guards={"next_is": stale_next_is})[-1]
+    assert turn.state == "failed"
+    assert "fallback_1" not in [e.target for e in turn.trace]
+    # ... while the real machine, fed the same events, falls back.
+    good = replay(policy, v.steps)[-1]
+    assert good.state == "fallback_1"
+
+
+# (b) A declaration where a 429 loops on the same target and never reaches a fallback.
+def self_loop_on_429(policy: Policy) -> Declaration:
+    d = declare(policy)
+    names = {t.name for t in policy.targets}
+    kept = [t for t in d.transitions if not (t.trigger == "rate_limited" and t.source in names)]
+    loops = [Transition("rate_limited", n, n, None, "attempt") for n in sorted(names)]
+    return attrs.evolve(d, transitions=(*kept, *loops))
+
+
+def test_a_self_loop_on_429_is_caught_as_non_termination_and_a_closed_gate():
+    policy = chain(2, attempts=1)
+    report = check_policy(policy, declaration=self_loop_on_429)
+    term = report.violations["termination"]
+    # bound per target: max_attempts 1 + recovery 1 = 2; the third attempt breaks it
+    assert term.length == 3
+    assert [t for t, _ in term.steps] == ["start", "rate_limited", "rate_limited"]
+    assert "3 attempts on primary" in term.why
+    gate = report.violations["fallback_gate"]
+    assert "never reaches a fallback" in gate.why
+    assert gate.length <= 5
+    assert all(t == "rate_limited" for t, _ in gate.steps[1:])
+    # and the loop ignores Retry-After too
+    assert not report.holds("honest_waits")
+
+
+# (c) A health store whose cooldowns extend themselves: every new failure it observes on
+# a target pushes that target's running cooldowns forward.
+class ExtendingHealth(HealthStore):
+    __slots__ = ()
+
+    def cool_credential(self, target: Any, cred: str, until: float, now: float) -> float:
+        with self._lock:
+            for k, v in list(self._cred_until.items()):
+                if k[0] == target and v > now:
+                    self._cred_until[k] = max(v, until)
+        return super().cool_credential(target, cred, until, now)
+
+
+def test_a_cooldown_that_extends_itself_is_caught():
+    policy = chain(1, keys=2)
+    report = check_policy(policy, health_factory=ExtendingHealth)
+    v = report.violations["honest_waits"]
+    assert "extended" in v.why and "key#1" in v.why
+    assert v.length == 2  # a 429 on key#2 while key#1 cools (set up at turn start)
+    assert [t for t, _ in v.steps if t != "cool_credential"] == ["start", "rate_limited"]
+    # the same store also breaks attribution: key#2's 429 changed key#1's health
+    assert "changed the health of credential key#1" in report.violations["bounded_rotation"].why
+
+
+# (d) A committed stream replayed on the next target.
+def stream_falls_back(policy: Policy) -> Declaration:
+    d = declare(policy)
+    names = [t.name for t in policy.targets]
+    out: list[Transition] = []
+    for t in d.transitions:
+        if t.trigger == "stream_interrupted" and t.source in names:
+            i = names.index(t.source)
+            out += [
+                Transition("stream_interrupted", t.source, names[j], "next_is", "fall_back", j)
+                for j in range(i + 1, len(names))
+            ]
+        out.append(t)
+    return attrs.evolve(d, transitions=tuple(out))
+
+
+def test_a_committed_stream_replayed_on_a_fallback_is_caught():
+    policy = chain(2)
+    report = check_policy(policy, declaration=stream_falls_back)
+    v = report.violations["committed_streams_not_replayed"]
+    assert v.length == 2
+    assert [t for t, _ in v.steps] == ["start", "stream_interrupted"]
+    assert "fallback_1" in v.why
+    assert report.violations["fallback_gate"].length == 2  # stream_interrupted never falls back
+
+
+def test_a_leaking_effect_is_caught_by_the_secrets_property():
+    from fsm.actions import Wait
+    from fsm.turn import e_back_off
+
+    def chatty_back_off(s: TurnState, arg: int) -> Wait:
+        w = e_back_off(s, arg)
+        assert isinstance(w, Wait)
+        assert s.cred is not None and s.cred.key is not None
+        return Wait(w.seconds, f"backing off {s.cred.key.reveal()}")
+
+    report = check_policy(chain(1), effects={"back_off": chatty_back_off})
+    v = report.violations["secrets_never_leak"]
+    assert v.length == 2 and v.steps[1][0] in ("transport", "overloaded")
+    assert "sk-live" not in v.why  # the report itself never prints the key
+    assert "***" in v.why
+
+
+def test_counterexamples_round_trip_through_json():
+    from fsm.checker import steps_from_json, steps_to_json
+
+    report = check_policy(chain(2), guards={"next_is": stale_next_is})
+    data = report.to_json()["properties"]["fallback_gate"]["counterexample"]
+    assert steps_from_json(data) == list(report.violations["fallback_gate"].steps)
+    assert steps_from_json([["rate_limited", {"retry_after": 5}]]) == [
+        step("rate_limited", retry_after=5)
+    ]
