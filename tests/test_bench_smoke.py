@@ -1,0 +1,77 @@
+"""`python -m bench --quick` runs every benchmark end to end and writes every key.
+
+This is not a timed test: no ratio is asserted (the machines are noisy), only
+that each benchmark really ran (requests reached the fault server, turns were
+answered, the checker explored states) and that build/bench.json has exactly
+the keys issue 6 promises.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+KEYS = {
+    "core": {
+        "fallgate_happy_us",
+        "tenacity_happy_us",
+        "fallgate_fault_us",
+        "tenacity_fault_us",
+        "bare_loop_fault_us",
+    },
+    "throughput": {
+        "turns",
+        "concurrency",
+        "fallgate_seconds",
+        "bare_sdk_seconds",
+        "peak_rss_mb_per_1k_turns",
+    },
+    "checker": {"states", "seconds", "states_per_second"},
+}
+FAULT_KEYS = {"scenario", "system", "seconds", "requests", "answered", "oracle_seconds"}
+
+
+def test_quick_bench_writes_every_key_of_bench_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+
+    assert set(data) == {"core", "faults", "throughput", "checker"}
+    for section, keys in KEYS.items():
+        assert set(data[section]) == keys, section
+    for key in KEYS["core"]:
+        assert data["core"][key] > 0, key
+
+    assert data["faults"], "no fault scenario ran"
+    for row in data["faults"]:
+        assert set(row) == FAULT_KEYS
+        assert row["requests"] >= 1, row  # the server really saw the SDK's requests
+        assert row["seconds"] > 0
+    quota = {r["system"]: r for r in data["faults"]}
+    # quota on the primary: fallgate falls back and answers without retrying the primary
+    assert quota["fallgate"]["answered"] is True
+    assert quota["fallgate"]["requests"] == 2
+
+    tp = data["throughput"]
+    assert tp["turns"] > 0 and tp["concurrency"] > 0
+    assert tp["fallgate_seconds"] > 0 and tp["bare_sdk_seconds"] > 0
+
+    ck = data["checker"]
+    assert ck["states"] > 0 and ck["states_per_second"] > 0
+
+    # the table printed for the README names every section
+    for heading in ("Core overhead", "Time to answer under faults", "Throughput", "Checker"):
+        assert heading in proc.stdout
+    details = json.loads((tmp_path / "bench-details.json").read_text())
+    assert details["quick"] is True
