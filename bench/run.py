@@ -195,7 +195,9 @@ def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
             "",
         ]
     g = goals(result, details)
-    if g:
+    if (details or {}).get("quick"):
+        lines.append("(quick mode: reduced sizes, so the goals are not evaluated)")
+    elif g:
         lines += ["**Goals**", "", "| goal | met |", "|---|:---:|"]
         lines += [f"| {GOALS[name]} | {'yes' if ok else '**no**'} |" for name, ok in g.items()]
         lines.append("")
