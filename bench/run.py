@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .timing import median_ratio
+
 SECTIONS = ("core", "faults", "throughput", "checker")
 
 GOALS = {
@@ -49,7 +51,8 @@ def run(
         from . import core
 
         log("core overhead (µs per turn, best round, interleaved) ...")
-        us = core.measure(number=200 if quick else 2000, rounds=3 if quick else 9)
+        rounds: dict[str, list[float]] = {}
+        us = core.measure(number=100 if quick else 300, rounds=3 if quick else 40, per_round=rounds)
         result["core"] = {
             "fallgate_happy_us": round(us["fallgate_happy"], 2),
             "tenacity_happy_us": round(us["tenacity_happy"], 2),
@@ -58,6 +61,10 @@ def run(
             "bare_loop_fault_us": round(us["bare_loop_fault"], 2),
         }
         details["core_us"] = {k: round(v, 2) for k, v in us.items()}
+        details["core_median_ratio_vs_tenacity"] = {
+            kind: round(median_ratio(rounds, f"fallgate_{kind}", f"tenacity_{kind}"), 3)
+            for kind in ("happy", "fault")
+        }
     if "faults" in sections:
         from . import faults, scenarios
         from .fault_worker import SYSTEMS
@@ -142,6 +149,13 @@ def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
             f"| {c['bare_loop_fault_us']:.1f} |",
             "",
         ]
+        med = (details or {}).get("core_median_ratio_vs_tenacity")
+        if med:
+            lines += [
+                f"fallgate core / tenacity, median of the per-round ratios: happy "
+                f"{med['happy']:.2f}x, faulty {med['fault']:.2f}x.",
+                "",
+            ]
     rows = result.get("faults")
     if rows:
         lines += [

@@ -16,8 +16,10 @@ def best_of(
     *,
     number: int,
     rounds: int,
+    per_round: dict[str, list[float]] | None = None,
 ) -> dict[str, float]:
-    """Best µs per call of each zero-argument callable, interleaved over rounds."""
+    """Best µs per call of each zero-argument callable, interleaved over rounds
+    (every round's figure is appended to `per_round[name]` when given)."""
     best = {name: float("inf") for name in systems}
     items = list(systems.items())
     for f in systems.values():  # warm caches (compiled tables, imports)
@@ -34,8 +36,16 @@ def best_of(
                     f()
                 dt = (time.perf_counter() - t0) / number * 1e6
                 best[name] = min(best[name], dt)
+                if per_round is not None:
+                    per_round.setdefault(name, []).append(dt)
             gc.collect()
     finally:
         if was:
             gc.enable()
     return best
+
+
+def median_ratio(per_round: Mapping[str, list[float]], a: str, b: str) -> float:
+    """Median over rounds of a/b measured in the same round (robust to load bursts)."""
+    ratios = sorted(x / y for x, y in zip(per_round[a], per_round[b], strict=True) if y > 0)
+    return ratios[len(ratios) // 2] if ratios else float("nan")
