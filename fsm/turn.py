@@ -81,8 +81,10 @@ class TurnState:
     """All per-turn facts. Created fresh for every turn."""
 
     __slots__ = (
+        "_events",
         "_first",
         "_next",
+        "_raw",
         "_skips",
         "action",
         "attempts",
@@ -109,7 +111,6 @@ class TurnState:
         "target_nb",
         "ti",
         "total_attempts",
-        "trace",
         "tried",
         "waited",
     )
@@ -148,7 +149,8 @@ class TurnState:
         self.outcome: Outcome | None = None
         self.partial: str | None = None
         self.ctx_floor: int | None = None
-        self.trace: list[TraceEvent] = []
+        self._raw: list[tuple[Any, ...]] = []
+        self._events: list[TraceEvent] = []
         self.seq = 0
         self._next = _UNSET
         self._first = _UNSET
@@ -158,6 +160,14 @@ class TurnState:
     @property
     def target(self) -> Target:
         return self.policy.targets[self.ti]
+
+    @property
+    def trace(self) -> list[TraceEvent]:
+        """One `TraceEvent` per transition so far (built on first look)."""
+        events = self._events
+        for raw in self._raw[len(events) :]:
+            events.append(_event(self, raw))
+        return events
 
     def now(self) -> float:
         return self.clock()
@@ -592,37 +602,49 @@ def apply(
     trigger: str,
     effect: Callable[[TurnState, int], Action] | None = None,
 ) -> Action:
-    """Take transition `t`: move, run its effect, record the trace event."""
+    """Take transition `t`: move, run its effect, record the trace event.
+
+    The event is recorded as a plain tuple and only turned into a `TraceEvent`
+    when someone looks (a hook, `trace`, a failure): most turns never pay for it.
+    """
     s.state = t.dest
     action = (effect or EFFECTS[t.effect])(s, t.arg)
     s.action = action
     s.seq = seq = s.seq + 1
     cls = type(action)
-    wait: float | None = None
-    detail = ""
-    if cls is Wait:
-        wait = action.seconds  # type: ignore[union-attr]
-        detail = action.reason  # type: ignore[union-attr]
-    elif cls is Fail:
-        detail = action.error.summary  # type: ignore[union-attr]
     o = s.outcome
-    if o is not None and cls is not Fail and trigger != "success" and o.kind == trigger:
-        detail = f"{s.describe(o)}; {detail}" if detail else s.describe(o)
-    name = model = cred_id = None
-    if s.ti >= 0:
-        tgt = s.policy.targets[s.ti]
-        name, model = tgt.name, tgt.model
-        cred_id = s.cred.id if s.cred is not None else None
-    ev = TraceEvent(
-        seq, round(s.clock() - s.started, 6), t.source, trigger, t.dest, cls.__name__,
-        name, model, cred_id, wait, detail,
-    )  # fmt: skip
-    s.trace.append(ev)
+    s._raw.append((
+        seq, s.clock() - s.started, t.source, trigger, t.dest, action, s.ti,
+        s.cred.id if s.cred is not None and s.ti >= 0 else None,
+        o if o is not None and cls is not Fail and trigger != "success" and o.kind == trigger
+        else None,
+    ))  # fmt: skip
     if cls is Fail:
         action.error.trace = tuple(s.trace)  # type: ignore[union-attr]
     if s.hook is not None:
-        s.hook(ev)
+        s.hook(s.trace[-1])
     return action
+
+
+def _event(s: TurnState, raw: tuple[Any, ...]) -> TraceEvent:
+    seq, at, source, trigger, dest, action, ti, cred_id, o = raw
+    cls = type(action)
+    wait: float | None = None
+    detail = ""
+    if cls is Wait:
+        wait = action.seconds
+        detail = action.reason
+    elif cls is Fail:
+        detail = action.error.summary
+    if o is not None:
+        detail = f"{s.describe(o)}; {detail}" if detail else s.describe(o)
+    name = model = None
+    if ti >= 0:
+        tgt = s.policy.targets[ti]
+        name, model = tgt.name, tgt.model
+    return TraceEvent(
+        seq, round(at, 6), source, trigger, dest, cls.__name__, name, model, cred_id, wait, detail
+    )
 
 
 Compiled = dict[
