@@ -508,8 +508,8 @@ def _make_copier(sample: TurnState) -> _Copier:
             lines.append("    n.health = health")
         elif name == "clock":
             lines.append("    n.clock = clock")
-        elif name == "trace":
-            lines.append("    n.trace = []")
+        elif name in ("trace", "_raw", "_events"):
+            lines.append(f"    n.{name} = []")
         elif isinstance(getattr(sample, name, None), dict | set | list):
             lines.append(f"    n.{name} = s.{name}.copy()")
         else:
@@ -948,14 +948,14 @@ class Checker:
                 )
         # runs of targets cooling for good: the turn starts further down the chain, or a
         # target has no eligible fallback left
-        names = [t.name for t in self.policy.targets]
-        for k in range(1, self.n - 1):
+        names = [t.name for t in self.policy.targets] if self.max_cooling >= 1 else []
+        for k in range(1, len(names) - 1):
             configs.append(
                 tuple(step(COOL_TARGET, target=x, seconds=b.large) for x in names[: k + 1])
             )
-        for k in range(1, self.n):
+        for k in range(1, len(names)):
             configs.append(tuple(step(COOL_TARGET, target=x, seconds=b.large) for x in names[k:]))
-        for k in range(2, self.n - 1):
+        for k in range(2, len(names) - 1):
             configs.append(
                 tuple(step(COOL_TARGET, target=x, seconds=b.large) for x in names[1 : k + 1])
             )
