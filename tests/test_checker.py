@@ -1,0 +1,165 @@
+"""The model checker on correct machines: the default policy, the CLI entry point, the
+executor equivalence of SPEC section 3, and a grid of policies (SPEC section 5).
+
+Grid bounds: chain length 0-4 fallbacks x 1-3 keys x 1-3 attempts, two turns on one
+health store per path; for the big corners (3 keys and 3-4 fallbacks) the initial
+configurations are reduced to "all free" and "all cooling" (max_cooling=0) to keep the
+whole grid near a minute on two cores.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+from fsm import Policy, TransitionsTurn, Turn
+from fsm.checker import (
+    PROPERTIES,
+    Checker,
+    check_main,
+    check_policy,
+    default_policy,
+    replay,
+    step,
+)
+
+
+def chain(fallbacks: int, keys: int, attempts: int, **extra: Any) -> Policy:
+    def target(i: int) -> dict[str, Any]:
+        return {
+            "provider": f"p{i}",
+            "model": f"m{i}",
+            "api_keys": [f"sk-grid-{i}-{k}-0123" for k in range(keys)],
+        }
+
+    return Policy.from_dict(
+        {
+            "primary": target(0),
+            "fallback_providers": [target(i) for i in range(1, fallbacks + 1)],
+            "max_attempts": attempts,
+            **extra,
+        }
+    )
+
+
+def test_every_property_holds_for_the_default_policy():
+    report = check_policy(default_policy())
+    assert report.ok, report.text()
+    assert report.complete
+    data = report.to_json()
+    assert set(data) == {"states", "transitions", "seconds", "properties", "unreachable"}
+    assert list(data["properties"]) == list(PROPERTIES)
+    assert set(data["properties"].values()) == {"holds"}
+    assert data["states"] > 1000 and data["transitions"] > data["states"]
+    # The default chain's context lengths shrink (1M, 200k, 128k, 128k): a
+    # context_too_long can never fall back, and the checker says so.
+    assert data["unreachable"]
+    assert all("--context_too_long [next_is=" in u for u in data["unreachable"])
+
+
+def test_check_main_prints_one_json_object_and_exits_zero(capsys):
+    assert check_main(None, True) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out)
+    assert data["properties"]["fallback_gate"] == "holds"
+    assert isinstance(data["states"], int) and isinstance(data["seconds"], float)
+
+
+def test_check_main_text_lists_states_and_every_property(capsys):
+    assert check_main(None, False) == 0
+    out = capsys.readouterr().out
+    assert "explored" in out and "states/s" in out
+    for name in PROPERTIES:
+        assert f"holds   {name}" in out
+
+
+def test_check_main_refuses_an_invalid_policy_in_one_line(capsys, tmp_path):
+    bad = tmp_path / "p.toml"
+    bad.write_text('max_attempts = 0\n[primary]\nprovider = "x"\nmodel = "y"\n')
+    assert check_main(str(bad), False) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert "max_attempts" in captured.err and "Traceback" not in captured.err
+
+
+def test_check_main_reads_a_policy_file(capsys, tmp_path):
+    good = tmp_path / "p.toml"
+    good.write_text(
+        'max_attempts = 2\n[primary]\nprovider = "a"\nmodel = "a"\nkey_env = "A_KEY"\n'
+        '[[fallback_providers]]\nprovider = "b"\nmodel = "b"\napi_key = "sk-b-secret-1"\n'
+    )
+    assert check_main(str(good), True) == 0
+    out = capsys.readouterr().out
+    assert "sk-b-secret-1" not in out
+    assert json.loads(out)["properties"]["secrets_never_leak"] == "holds"
+
+
+def test_a_counterexample_step_list_replays_on_a_fresh_turn():
+    policy = chain(1, 1, 2)
+    steps = [step("start"), step("rate_limited", retry_after=171.0), step("success")]
+    turn = replay(policy, steps)[-1]
+    assert turn.state == "done"
+    assert [e.target for e in turn.trace] == ["primary", "fallback_1", "fallback_1"]
+    assert all(e.wait is None for e in turn.trace)  # no 171 s sleep (scenario 2)
+
+
+def test_a_committed_stream_never_falls_back_even_in_continuation_mode():
+    """Regression for what the checker found in the core: with continue_streams, a
+    continuation attempt that then failed with a fallback-triggering outcome fell back
+    to the next target, replaying the delivered output there."""
+    policy = chain(2, 2, 3, continue_streams=True, rules={"stream_interrupted": {"retry": True}})
+    report = check_policy(policy)
+    assert report.holds("committed_streams_not_replayed"), report.text()
+    assert report.ok, report.text()
+    turn = replay(
+        policy,
+        [
+            step("start"),
+            step("stream_interrupted", partial="Hello, wor"),
+            step("overloaded", retry_after=600.0),
+        ],
+    )[-1]
+    assert turn.state == "failed"
+    assert turn.s.action is not None and turn.s.action.error.partial == "Hello, wor"
+
+
+POLICIES_FOR_EQUIVALENCE = [
+    chain(0, 1, 1),
+    chain(1, 2, 2),
+    chain(2, 1, 3, prefer_waiting=True),
+    chain(1, 2, 2, recover_transport=False, retry_after_cap=0),
+]
+
+
+@pytest.mark.parametrize("policy", POLICIES_FOR_EQUIVALENCE, ids=range(4))
+def test_compiled_and_transitions_executors_take_the_same_transitions(policy):
+    """SPEC section 3: on every reachable configuration, for every event, the compiled
+    table and the real `transitions` machine take the same transition (same source,
+    event, destination, action, target, credential, wait) to the same configuration."""
+    runs = {}
+    for executor in (Turn, TransitionsTurn):
+        c = Checker(policy, executor=executor, record=True, turns=2)
+        report = c.run()
+        assert report.ok, report.text()
+        runs[executor] = (report, c.edge_log)
+    (fast, fast_log), (slow, slow_log) = runs[Turn], runs[TransitionsTurn]
+    assert (fast.states, fast.transitions) == (slow.states, slow.transitions)
+    assert len(fast_log) > fast.states  # every edge was recorded (not just the tree)
+    assert fast_log == slow_log
+
+
+GRID = list(itertools.product(range(5), range(1, 4), range(1, 4)))
+
+
+@pytest.mark.parametrize(
+    ("fallbacks", "keys", "attempts"), GRID, ids=[f"{f}fb-{k}keys-{a}att" for f, k, a in GRID]
+)
+def test_every_property_holds_across_the_policy_grid(fallbacks, keys, attempts):
+    big_corner = keys == 3 and fallbacks >= 3
+    report = check_policy(chain(fallbacks, keys, attempts), max_cooling=0 if big_corner else 1)
+    assert report.ok, report.text()
+    assert report.states > 10
