@@ -22,6 +22,10 @@ lint: $(STAMP)
 test: lint
 	$(VENV)/bin/pytest
 
+# Long Hypothesis run of the property fuzzers (profile "fuzz" in tests/conftest.py).
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz $(VENV)/bin/pytest -o timeout=3600 tests/test_properties_stateful.py tests/test_checker_broken.py
+
 # Benchmarks (SPEC section 8): peers (tenacity, LiteLLM) are bench-only extras.
 BENCH_STAMP := $(VENV)/.installed-bench
 $(BENCH_STAMP): $(STAMP)

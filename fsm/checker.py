@@ -68,6 +68,7 @@ PROPERTIES: Final = (
 
 #: Host-side steps of a counterexample besides the machine's triggers.
 NEXT_TURN: Final = "next_turn"
+ADVANCE: Final = "advance"  # time passes between turns
 COOL_TARGET: Final = "cool_target"
 COOL_CREDENTIAL: Final = "cool_credential"
 
@@ -189,6 +190,9 @@ class Replay:
             self.health.cool_credential(
                 t.key, str(args["credential"]), now + float(args["seconds"]), now
             )
+            return None
+        if trigger == ADVANCE:
+            self.clock.advance(float(args["seconds"]))
             return None
         if trigger == NEXT_TURN or not self.turns:
             turn = self.new_turn()
@@ -1251,6 +1255,7 @@ class Checker:
             o.since_wait = True
             if (
                 kind is OutcomeKind.RATE_LIMITED
+                and policy.rule(kind).fall_back
                 and not policy.prefer_waiting
                 and o.committed is None
                 and cur >= 0
@@ -1267,7 +1272,7 @@ class Checker:
 
         # 7. a turn starts at the first target not cooling ---------------------------------------
         if trigger == START:
-            ready = [j for j in range(self.n) if self._ready_at(s.health, j) <= now + _EPS]
+            ready = [j for j in range(self.n) if self._ready_at(s.health, j) <= now]
             if ready:
                 if not (isinstance(action, Attempt) and action.target.index == ready[0]):
                     self._broken(
@@ -1477,7 +1482,7 @@ class Checker:
                 continue
             if o.floor is not None and (t.context_length is None or t.context_length <= o.floor):
                 continue
-            if self._ready_at(h, j) > now + _EPS:
+            if self._ready_at(h, j) > now:
                 continue
             out.append(j)
         return out
@@ -1821,6 +1826,11 @@ class Monitor(Checker):
         self.transitions += 1
         self._fire(-1, live, st, pre)
         self.steps.append(st)
+
+    def advance(self, seconds: float) -> None:
+        """Let time pass between turns (cooldowns run out)."""
+        self.clock.advance(seconds)
+        self.steps.append(step(ADVANCE, seconds=seconds))
 
     def path(self, nid: int, *extra: Step) -> tuple[Step, ...]:
         return (*self.steps, *extra)

@@ -1,0 +1,214 @@
+"""Hypothesis fuzzing of SPEC section 5 beyond the checker's bounds.
+
+A `RuleBasedStateMachine` builds a random valid policy (0-5 fallbacks, 1-3 keys each,
+1-4 attempts, random backoff, caps, deadlines, cooldowns, rotation, context lengths,
+duplicate chain entries and rules), then plays random outcomes — Retry-After values
+included, parsed from pathological headers (-5, 0, nan, inf, 1e308, garbage) — and the
+host's replies, across turns on one health store with time passing between them. The
+checker's `Monitor` checks every property on every transition (invariant after each
+step); at teardown the running turn must end within the policy's bound.
+
+A second machine feeds the raw pathological values straight into `Outcome.retry_after`
+(bypassing the parser, against its documented contract) to show the core tolerates
+them: no crash, termination, and the structural properties still hold.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from fsm import Policy
+from fsm.backoff import parse_retry_after
+from fsm.checker import Monitor, step
+from fsm.outcomes import OutcomeKind
+from fsm.policy import DEFAULT_RULES
+
+_RETRYABLE = {OutcomeKind.TRANSPORT, OutcomeKind.RATE_LIMITED, OutcomeKind.OVERLOADED}
+_ROTATABLE = {OutcomeKind.RATE_LIMITED, OutcomeKind.QUOTA, OutcomeKind.AUTH}
+FAULTS = [k.value for k in DEFAULT_RULES]
+PATHOLOGICAL = ["-5", "0", "nan", "inf", "1e308", "-inf", "abc", "", "3", "12.5", "999999"]
+RAW = [-5.0, 0.0, math.nan, math.inf, 1e308, -math.inf]
+
+seconds = st.floats(min_value=0, max_value=60, allow_nan=False).map(lambda x: round(x, 3))
+
+
+@st.composite
+def rules(draw: Any, continue_streams: bool) -> dict[str, dict[str, bool]]:
+    out: dict[str, dict[str, bool]] = {}
+    for kind in DEFAULT_RULES:
+        if not draw(st.booleans()):
+            continue
+        retryable = kind in _RETRYABLE or (
+            continue_streams and kind is OutcomeKind.STREAM_INTERRUPTED
+        )
+        out[kind.value] = {
+            "retry": retryable and draw(st.booleans()),
+            "rotate": kind in _ROTATABLE and draw(st.booleans()),
+            "fall_back": kind is not OutcomeKind.STREAM_INTERRUPTED and draw(st.booleans()),
+            "cooldown": draw(st.booleans()),
+        }
+    return out
+
+
+@st.composite
+def policies(draw: Any) -> Policy:
+    n = draw(st.integers(1, 6))
+    targets = []
+    for i in range(n):
+        same = i > 0 and draw(st.integers(0, 9)) == 0  # sometimes a duplicate chain entry
+        t: dict[str, Any] = {
+            "provider": "p0" if same else f"p{i}",
+            "model": "m0" if same else f"m{i}",
+            "api_keys": [f"sk-fuzz-{i}-{k}-9f8e7d" for k in range(draw(st.integers(1, 3)))],
+            "rotation": draw(st.sampled_from(["fill_first", "round_robin"])),
+        }
+        ctx = draw(st.sampled_from([None, 4096, 8192, 128_000]))
+        if ctx is not None:
+            t["context_length"] = ctx
+        targets.append(t)
+    initial = draw(seconds)
+    cont = draw(st.booleans())
+    return Policy.from_dict(
+        {
+            "targets": targets,
+            "max_attempts": draw(st.integers(1, 4)),
+            "transport_faults_before_recovery": draw(st.integers(1, 3)),
+            "recover_transport": draw(st.booleans()),
+            "backoff": {
+                "initial": initial,
+                "multiplier": draw(st.sampled_from([1, 1.5, 2, 3])),
+                "cap": initial + draw(seconds),
+                "jitter": draw(st.booleans()),
+            },
+            "retry_after_cap": draw(seconds),
+            "deadline": draw(st.floats(min_value=0.5, max_value=300)),
+            "prefer_waiting": draw(st.booleans()),
+            "continue_streams": cont,
+            "cooldown": {
+                "initial": draw(seconds),
+                "multiplier": draw(st.sampled_from([1, 2])),
+                "cap": draw(st.floats(min_value=0, max_value=600)),
+            },
+            "rules": draw(rules(cont)),
+        }
+    )
+
+
+class TurnsOnOneHealthStore(RuleBasedStateMachine):
+    """Random policy, random outcomes (Retry-After parsed from the wire), many turns."""
+
+    raw = False
+
+    @initialize(policy=policies())
+    def build(self, policy: Policy) -> None:
+        self.m = Monitor(policy)
+        self.policy = policy
+        self.feed(step("start"))
+
+    def feed(self, st_: Any) -> None:
+        self.m.feed(st_)
+        note(f"{st_} -> {self.m.turn.state}")
+
+    def retry_after(self, data: st.DataObject) -> float | None:
+        header = data.draw(st.sampled_from([None, *PATHOLOGICAL]))
+        if header is None:
+            return None
+        return parse_retry_after({"retry-after": header})
+
+    @precondition(lambda self: self.m.allowed() == "outcome")
+    @rule(kind=st.sampled_from(FAULTS), data=st.data())
+    def fault(self, kind: str, data: st.DataObject) -> None:
+        args: dict[str, Any] = {}
+        if kind in ("rate_limited", "overloaded", "quota", "auth"):
+            args["retry_after"] = self.retry_after(data)
+        if kind == "stream_interrupted":
+            args["partial"] = "Hello, wor"
+        self.feed(step(kind, **args))
+
+    @precondition(lambda self: self.m.allowed() == "outcome")
+    @rule()
+    def success(self) -> None:
+        self.feed(step("success"))
+
+    @precondition(lambda self: self.m.allowed() == "waited")
+    @rule()
+    def waited(self) -> None:
+        self.feed(step("waited"))
+
+    @precondition(lambda self: self.m.allowed() == "rebuilt")
+    @rule(ok=st.booleans())
+    def rebuilt(self, ok: bool) -> None:
+        self.feed(step("rebuilt" if ok else "rebuild_failed"))
+
+    @precondition(lambda self: self.m.allowed() != "end")
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        if data.draw(st.integers(0, 9)) == 0:  # rarely: most turns should run their course
+            self.feed(step("cancelled"))
+
+    @precondition(lambda self: self.m.allowed() == "end")
+    @rule(pause=st.sampled_from([0.0, 0.5, 5.0, 60.0, 1000.0]))
+    def next_turn(self, pause: float) -> None:
+        if pause:
+            self.m.advance(pause)
+        self.feed(step("next_turn"))
+        self.feed(step("start"))
+
+    @invariant()
+    def every_property_holds(self) -> None:
+        broken = {k: v for k, v in self.m.violations.items() if k not in self.tolerated()}
+        assert not broken, "\n".join(
+            f"{k}: {v.why}\n  steps: {v.python()}" for k, v in broken.items()
+        )
+
+    def tolerated(self) -> set[str]:
+        return set()
+
+    def teardown(self) -> None:
+        if not hasattr(self, "m"):
+            return
+        # Whatever happened, the turn in progress ends within the policy's bound when the
+        # host keeps answering (every attempt fails the same retryable way).
+        bound = self.m.bounds.events
+        for _ in range(bound + 1):
+            now = self.m.allowed()
+            if now == "end":
+                break
+            if now == "outcome":
+                self.m.feed(step("overloaded", retry_after=None))
+            elif now == "waited":
+                self.m.feed(step("waited"))
+            elif now == "rebuilt":
+                self.m.feed(step("rebuilt"))
+            else:
+                self.m.feed(step("start"))
+        assert self.m.allowed() == "end", f"turn still running after {bound} events"
+        assert self.m.obs_events <= bound + 1
+        self.every_property_holds()
+
+
+class RawPathologicalRetryAfter(TurnsOnOneHealthStore):
+    """Raw -5, 0, nan, inf, 1e308 in `Outcome.retry_after` (the parser bypassed)."""
+
+    def retry_after(self, data: st.DataObject) -> float | None:
+        return data.draw(st.sampled_from([None, *RAW]))
+
+    def tolerated(self) -> set[str]:
+        # Not-before times computed from NaN/inf are meaningless, so honest waits cannot
+        # be judged; everything structural must still hold.
+        return {"honest_waits"}
+
+
+TestTurnsOnOneHealthStore = TurnsOnOneHealthStore.TestCase
+TestRawPathologicalRetryAfter = RawPathologicalRetryAfter.TestCase
