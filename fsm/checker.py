@@ -15,7 +15,24 @@ Every transition is checked against the ten properties by the checker's own
 bookkeeping (it does not ask the engine whether the engine is right). Because
 the search is breadth-first, the first violation of a property found is a
 shortest event sequence that breaks it; it is reported as a list of steps that
-`replay()` feeds to a fresh turn, so it can be pasted into a test.
+`replay()` feeds to a fresh turn, so it can be pasted into a test. After the
+search, the whole graph is checked for cycles and over-long runs (termination)
+and for fallback-triggering outcomes that, repeated, never leave a target (the
+fallback gate as reachability).
+
+What keeps the search small (each is sound for the rest of the turn):
+* facts about targets already left are not part of a running configuration
+  (no ping-pong is itself checked, so they are never read again in that turn);
+* time is relative (cooldowns as seconds left), "seconds left" beyond the whole
+  search's horizon are one value, and the turn's elapsed time is dropped once
+  the deadline can no longer bind (a correct engine waits at most
+  max_attempts-1 times per target; if an engine waits more or longer, the search
+  reruns with exact time);
+* initial configurations: all free, the primary (or one key of it) cooling
+  briefly, any one target (`max_cooling=1`) or runs of targets cooling for good,
+  everything cooling; a turn end continues into a next turn on the same health
+  store (one per class of end-of-turn health), checked from its start for
+  `follow_events` events.
 """
 
 from __future__ import annotations
