@@ -46,6 +46,7 @@ def run(
         "machine": f"{platform.machine()}, {_cpus()} CPUs",
         "quick": quick,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **_git(),
     }
     if "core" in sections:
         from . import core
@@ -98,6 +99,25 @@ def run(
         result["checker"] = _public(ck)
         details["checker"] = ck
     return result, details
+
+
+def _git() -> dict[str, Any]:
+    """Which code was measured: the commit, and files changed since it (if any)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"commit": head, "modified": [line[3:] for line in dirty if line.strip()]}
 
 
 def _cpus() -> int:
