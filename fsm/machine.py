@@ -42,7 +42,8 @@ TIMING_OUT: Final = "timing_out"
 RECOVERING: Final = "recovering"
 RATE_LIMITED: Final = "rate_limited"
 BACKING_OFF: Final = "backing_off"
-PHASES: Final = (CALLING, TIMING_OUT, RECOVERING, RATE_LIMITED, BACKING_OFF)
+CONTINUING: Final = "continuing"  # a committed stream being resent (opt-in continuation)
+PHASES: Final = (CALLING, TIMING_OUT, RECOVERING, RATE_LIMITED, BACKING_OFF, CONTINUING)
 WAIT_PHASES: Final = (TIMING_OUT, RATE_LIMITED, BACKING_OFF)
 
 #: What each guard means, for diagrams and the checker's reports.
@@ -162,10 +163,13 @@ def _finalized(policy: Policy) -> dict[str, object]:
 def _declare(policy: Policy) -> Declaration:
     targets = policy.targets
     n = len(targets)
+    continuation = policy.continue_streams and policy.rule(OutcomeKind.STREAM_INTERRUPTED).retry
     states: list[State] = [State(IDLE)]
     for t in targets:
         for phase in PHASES:
             if phase == RECOVERING and not policy.recover_transport:
+                continue
+            if phase == CONTINUING and not continuation:
                 continue
             states.append(State(state_name(t.name, phase), t.index, phase))
     states += [State(DONE), State(FAILED), State(ABORTED)]
@@ -227,8 +231,10 @@ def _declare(policy: Policy) -> Declaration:
                         )
                     )
             elif kind is OutcomeKind.STREAM_INTERRUPTED:
-                if rule.retry:
-                    tr.append(Transition(k, here, here, "stream_retry", "attempt"))
+                if continuation:
+                    tr.append(
+                        Transition(k, here, state_name(here, CONTINUING), "stream_retry", "attempt")
+                    )
             if rule.rotate:
                 tr.append(Transition(k, here, here, "can_rotate", "rotate"))
             waits_here = kind is OutcomeKind.RATE_LIMITED and rule.retry
@@ -247,6 +253,16 @@ def _declare(policy: Policy) -> Declaration:
                     )
                 )
             tr.append(Transition(k, here, FAILED, None, "fail"))
+
+        # A committed stream being continued: it may only finish, continue again or fail;
+        # no rotation, no fallback (output already reached the caller).
+        if continuation:
+            cont = state_name(here, CONTINUING)
+            tr.append(Transition(SUCCESS, cont, DONE, None, "finish"))
+            for kind in FAULT_KINDS:
+                if kind is OutcomeKind.STREAM_INTERRUPTED:
+                    tr.append(Transition(kind.value, cont, cont, "stream_retry", "attempt"))
+                tr.append(Transition(kind.value, cont, FAILED, None, "fail"))
 
         # Waiting and recovering phases.
         for phase in WAIT_PHASES:

@@ -431,9 +431,7 @@ def g_can_wait(s: TurnState, arg: int) -> bool:
 
 
 def g_next_is(s: TurnState, arg: int) -> bool:
-    # A committed stream (output already delivered) never moves to another target, not
-    # even after a continuation attempt on the same one (SPEC 5.8; found by the checker).
-    return s.partial is None and s.next_eligible() == arg
+    return s.next_eligible() == arg
 
 
 def _first_free(s: TurnState) -> int:
