@@ -191,3 +191,13 @@ def test_cancel_from_any_live_state_ends_aborted_and_names_every_target():
     assert turn.state == "aborted"
     assert action.error.state == "aborted"
     assert set(action.error.reasons) == {"primary", "fallback_1"}
+
+
+def test_an_opt_in_stream_continuation_resends_on_the_same_target_and_never_falls_back():
+    p = policy(continue_streams=True, rules={"stream_interrupted": {"retry": True}})
+    resumed = play(p, ["stream_interrupted", "success"])
+    assert resumed.path == ["idle", "primary", "primary_continuing", "done"]
+    broken = play(p, ["stream_interrupted", "transport"])
+    assert broken.targets == ["primary", "primary"]  # the fallback never replays the stream
+    assert broken.state == "failed"
+    assert broken.error is not None and broken.error.partial == "partial text"
