@@ -366,6 +366,8 @@ def observe(s: TurnState, trigger: str, outcome: Outcome | None) -> None:
     if kind in _CRED_LEVEL:
         if kind is _RATE_LIMITED:
             span = ra if ra is not None else s.backoff_ceiling(s.attempts - 1)
+            if not policy.rule(kind).retry:  # not retryable: rotation never comes back to it
+                s.spent.add(s.cred.id)
         else:
             span = ra if ra is not None else policy.cooldown.cap
             s.spent.add(s.cred.id)

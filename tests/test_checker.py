@@ -127,6 +127,20 @@ def test_a_committed_stream_never_falls_back_even_in_continuation_mode():
     assert turn.s.action is not None and turn.s.action.error.partial == "Hello, wor"
 
 
+def test_a_non_retryable_429_key_is_never_rotated_back_to_in_the_same_turn():
+    """Regression for what the fuzzer (then the checker) found in the core: with
+    rules.rate_limited.retry = false and three keys, key#1's 429 (Retry-After 0) rotated
+    to key#2, whose 429 rotated straight back to key#1 -- a non-retryable key retried."""
+    policy = chain(0, 3, 1, rules={"rate_limited": {"retry": False}})
+    report = check_policy(policy)
+    assert report.ok, report.text()
+    turn = replay(
+        policy,
+        [step("start"), step("rate_limited", retry_after=0.0), step("rate_limited")],
+    )[-1]
+    assert [e.credential for e in turn.trace] == ["key#1", "key#2", "key#3"]
+
+
 POLICIES_FOR_EQUIVALENCE = [
     chain(0, 1, 1),
     chain(1, 2, 2),

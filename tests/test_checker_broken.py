@@ -161,7 +161,7 @@ def test_a_leaking_effect_is_caught_by_the_secrets_property():
 
 
 def test_counterexamples_round_trip_through_json():
-    from fsm.checker import steps_from_json, steps_to_json
+    from fsm.checker import steps_from_json
 
     report = check_policy(chain(2), guards={"next_is": stale_next_is})
     data = report.to_json()["properties"]["fallback_gate"]["counterexample"]
