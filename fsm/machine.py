@@ -270,7 +270,8 @@ def _declare(policy: Policy) -> Declaration:
         if policy.recover_transport:
             rec = state_name(here, RECOVERING)
             tr.append(Transition(REBUILT, rec, here, None, "recovered"))
-            tr.extend(to_fallbacks(REBUILD_FAILED, rec))
+            if policy.rule(OutcomeKind.TRANSPORT).fall_back:  # a failed rebuild is transport
+                tr.extend(to_fallbacks(REBUILD_FAILED, rec))
             tr.append(Transition(REBUILD_FAILED, rec, FAILED, None, "fail"))
 
     for s in states:

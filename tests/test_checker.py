@@ -141,6 +141,17 @@ def test_a_non_retryable_429_key_is_never_rotated_back_to_in_the_same_turn():
     assert [e.credential for e in turn.trace] == ["key#1", "key#2", "key#3"]
 
 
+def test_a_failed_rebuild_falls_back_only_when_transport_faults_do():
+    """Regression for what the fuzzer found in the declaration: with
+    rules.transport.fall_back = false, a failed client rebuild still fell back."""
+    policy = chain(1, 1, 1, rules={"transport": {"fall_back": False}})
+    report = check_policy(policy)
+    assert report.ok, report.text()
+    turn = replay(policy, [step("start"), step("transport"), step("rebuild_failed")])[-1]
+    assert turn.state == "failed"
+    assert [e.target for e in turn.trace] == ["primary"] * 3
+
+
 POLICIES_FOR_EQUIVALENCE = [
     chain(0, 1, 1),
     chain(1, 2, 2),
