@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint fuzz bench diagrams clean
+.PHONY: demo test lint fuzz bench diagrams graphviz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,8 +12,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) graphviz
 	$(VENV)/bin/fallgate demo
+
+# Graphviz's `dot` (SVG diagrams) is a Debian package: best effort, as Mermaid and DOT
+# output need nothing; without it the demo writes Mermaid only and says so.
+graphviz:
+	@command -v dot >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || \
+	  { SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+	    { $$SUDO apt-get install -y -q --no-install-recommends graphviz \
+	      || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends graphviz; }; \
+	    } >/dev/null 2>&1 || echo "make: could not install Graphviz (SVG diagrams skipped): apt-get install graphviz"; }
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check fsm providers tests
@@ -36,7 +45,7 @@ bench: $(BENCH_STAMP)
 	$(PY) -m bench --out build/bench.json
 
 # Regenerate diagrams/ (Mermaid, DOT; SVG when Graphviz `dot` is installed).
-diagrams: $(STAMP)
+diagrams: $(STAMP) graphviz
 	$(PY) -m providers.gallery diagrams
 
 clean:
