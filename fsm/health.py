@@ -30,6 +30,10 @@ class HealthStore:
         self._rr: dict[TargetKey, int] = {}
 
     # -- reads (lock-free: single dict lookups are atomic in CPython) ---------------------
+    def quiet(self) -> bool:
+        """True when nothing has ever been benched (a fast path for turn start)."""
+        return not self._target_until and not self._cred_until
+
     def target_until(self, target: TargetKey) -> float:
         return self._target_until.get(target, 0.0)
 

@@ -87,6 +87,8 @@ class TurnState:
         "_raw",
         "_skips",
         "action",
+        "at",
+        "attempt_at",
         "attempts",
         "clock",
         "cred",
@@ -133,6 +135,7 @@ class TurnState:
         self.ti = -1
         self.cred: Credential | None = None
         self.attempts = 0
+        self.attempt_at = 0.0
         self.total_attempts = 0
         self.streak = 0
         self.recovered = False
@@ -142,9 +145,10 @@ class TurnState:
         self.cred_nb: dict[tuple[int, str], float] = {}
         self.target_nb = 0.0
         self.tried: list[int] = []
-        self.reasons: dict[str, str] = {}
+        # Why each target did not answer; (attempts, outcome) is formatted at failure time.
+        self.reasons: dict[str, str | tuple[int, Outcome | None]] = {}
         self._skips: dict[int, str] = {}
-        self.started = clock()
+        self.started = self.at = clock()  # `at`: the clock, read once per event
         self.waited = 0.0
         self.outcome: Outcome | None = None
         self.partial: str | None = None
@@ -170,10 +174,10 @@ class TurnState:
         return events
 
     def now(self) -> float:
-        return self.clock()
+        return self.at
 
     def elapsed(self) -> float:
-        return self.clock() - self.started
+        return self.at - self.started
 
     def fits_deadline(self, wait: float) -> bool:
         return self.elapsed() + wait <= self.policy.deadline
@@ -185,7 +189,7 @@ class TurnState:
     def free_credential(self, exclude: str | None = None) -> Credential | None:
         """First usable credential of the current target, in pool order."""
         pool = self.target.pool()
-        now = self.clock()
+        now = self.at
         size = len(pool)
         for k in range(size):
             c = pool[(self.rr + k) % size]
@@ -236,7 +240,7 @@ class TurnState:
         """The fallback to take now (-1 if none); cached per event."""
         if self._next != _UNSET:
             return self._next
-        now = self.clock()
+        now = self.at
         self._skips = {}
         found = -1
         for j in range(self.ti + 1, len(self.policy.targets)):
@@ -272,9 +276,9 @@ class TurnState:
             return
         o = self.outcome
         t = self.target
-        self.reasons[t.name] = f"attempted {self.attempts}x, last: {self.describe(o)}"
+        self.reasons[t.name] = (self.attempts, o)
         if o is not None and o.kind in _TARGET_LEVEL and self.policy.rule(o.kind).cooldown:
-            now = self.clock()
+            now = self.at
             streak = self.health.failed(t.key)
             span = (
                 o.retry_after
@@ -313,12 +317,13 @@ class TurnState:
             self.tried.append(self.ti)
         self.attempts += 1
         self.total_attempts += 1
-        left = self.policy.deadline - self.elapsed()
+        self.attempt_at = now = self.at
+        left = self.policy.deadline - (now - self.started)
         timeout = max(0.001, min(self.policy.attempt_timeout, left))
         return Attempt(self.target, cred, timeout, self.total_attempts)
 
     def _usable(self, c: Credential) -> bool:
-        return c.id not in self.spent and self.cred_free_at(self.ti, c) <= self.clock()
+        return c.id not in self.spent and self.cred_free_at(self.ti, c) <= self.at
 
     def failure(self, summary: str, state: str) -> TurnFailed:
         for t in self.policy.targets:
@@ -333,10 +338,15 @@ class TurnState:
             else:
                 kind = self.outcome.kind.value if self.outcome else "turn start"
                 self.reasons[t.name] = f"not tried: {kind} does not fall back (policy)"
+        reasons = {
+            name: why if isinstance(why, str)
+            else f"attempted {why[0]}x, last: {self.describe(why[1])}"
+            for name, why in self.reasons.items()
+        }  # fmt: skip
         return TurnFailed(
             summary,
             state=state,
-            reasons=self.reasons,
+            reasons=reasons,
             last_outcome=self.outcome,
             partial=self.partial,
         )
@@ -348,6 +358,7 @@ class TurnState:
 def observe(s: TurnState, trigger: str, outcome: Outcome | None) -> None:
     """Record what an attempt produced: counters, per-turn and cross-turn not-before times."""
     s._next = s._first = _UNSET
+    s.at = s.clock()  # one event, one instant: guards and effects all read `at`
     kind = _KINDS.get(trigger)
     if kind is None or outcome is None:
         return
@@ -360,7 +371,7 @@ def observe(s: TurnState, trigger: str, outcome: Outcome | None) -> None:
     s.streak = 0
     if s.ti < 0 or s.cred is None:
         return
-    now = s.clock()
+    now = s.at
     policy = s.policy
     ra = outcome.retry_after
     if kind in _CRED_LEVEL:
@@ -428,7 +439,7 @@ def g_can_wait(s: TurnState, arg: int) -> bool:
     at, cred = s.earliest_free()
     if cred is None:
         return False
-    wait = max(0.0, at - s.clock())
+    wait = max(0.0, at - s.at)
     return wait <= s.policy.retry_after_cap and s.fits_deadline(wait)
 
 
@@ -437,7 +448,9 @@ def g_next_is(s: TurnState, arg: int) -> bool:
 
 
 def _first_free(s: TurnState) -> int:
-    now = s.clock()
+    if s.health.quiet():
+        return 0
+    now = s.at
     for j in range(len(s.policy.targets)):
         if s.target_ready_at(j) <= now:
             return j
@@ -450,7 +463,7 @@ def _soonest(s: TurnState) -> int:
         r = s.target_ready_at(j)
         if r < at:
             best, at = j, r
-    wait = max(0.0, at - s.clock())
+    wait = max(0.0, at - s.at)
     if best < 0 or wait > s.policy.retry_after_cap or not s.fits_deadline(wait):
         return -1
     return best
@@ -474,7 +487,7 @@ def g_soonest_is(s: TurnState, arg: int) -> bool:
 
 
 def e_enter(s: TurnState, j: int) -> Action:
-    now = s.clock()
+    now = s.at
     for k in range(j):
         t = s.policy.targets[k]
         s.reasons.setdefault(
@@ -492,14 +505,17 @@ def e_fall_back(s: TurnState, j: int) -> Action:
 
 
 def e_back_off(s: TurnState, arg: int) -> Action:
+    """Backoff counts from the start of the failed attempt: a 10 s timeout has already
+    spaced the retries out by 10 s. A Retry-After is still honoured in full."""
     o = s.outcome
+    now = s.at
+    spent = now - s.attempt_at
     if o is not None and o.kind is OutcomeKind.TRANSPORT:
-        w = backoff_delay(s.policy.backoff, s.streak - 1, s.random)
+        w = max(0.0, backoff_delay(s.policy.backoff, s.streak - 1, s.random) - spent)
         reason = "transport backoff"
     else:
-        w = backoff_delay(s.policy.backoff, s.attempts - 1, s.random)
-        ra = o.retry_after if o is not None else None
-        w = max(w, ra or 0.0, s.target_nb - s.clock())
+        w = max(0.0, backoff_delay(s.policy.backoff, s.attempts - 1, s.random) - spent)
+        w = max(w, s.target_nb - now)
         reason = "server error backoff"
     s.waited += w
     return Wait(w, reason)
@@ -528,13 +544,13 @@ def e_rotate(s: TurnState, arg: int) -> Action:
 def e_wait_rate_limit(s: TurnState, arg: int) -> Action:
     at, cred = s.earliest_free()
     s.cred = cred
-    w = max(0.0, at - s.clock())
+    w = max(0.0, at - s.at)
     s.waited += w
     return Wait(w, "rate limited: honouring Retry-After")
 
 
 def e_wait_for_target(s: TurnState, j: int) -> Action:
-    e_enter_reasons = s.clock()
+    e_enter_reasons = s.at
     for k in range(len(s.policy.targets)):
         if k != j:
             s.reasons.setdefault(
@@ -543,7 +559,7 @@ def e_wait_for_target(s: TurnState, j: int) -> Action:
             )
     s.go_to(j)
     at = s.target_ready_at(j)
-    w = max(0.0, at - s.clock())
+    w = max(0.0, at - s.at)
     s.waited += w
     return Wait(w, "every target cooling: waiting for the soonest")
 
@@ -616,7 +632,7 @@ def apply(
     cls = type(action)
     o = s.outcome
     s._raw.append((
-        seq, s.clock() - s.started, t.source, trigger, t.dest, action, s.ti,
+        seq, s.at - s.started, t.source, trigger, t.dest, action, s.ti,
         s.cred.id if s.cred is not None and s.ti >= 0 else None,
         o if o is not None and cls is not Fail and trigger != "success" and o.kind == trigger
         else None,
@@ -630,6 +646,7 @@ def apply(
 
 def _event(s: TurnState, raw: tuple[Any, ...]) -> TraceEvent:
     seq, at, source, trigger, dest, action, ti, cred_id, o = raw
+    trigger = str(trigger)  # an OutcomeKind fed directly prints as its value
     cls = type(action)
     wait: float | None = None
     detail = ""
@@ -720,7 +737,7 @@ class _TurnBase:
 
     def feed(self, outcome: Outcome) -> Action:
         """Feed the outcome of the last `Attempt`."""
-        return self._fire(outcome.kind.value, outcome)
+        return self._fire(outcome.kind, outcome)  # a StrEnum: hashes like its value
 
     def waited(self) -> Action:
         return self._fire(WAITED, None)
