@@ -308,19 +308,28 @@ class TurnState:
         self.cred = None
 
     def attempt(self, cred: Credential | None = None) -> Attempt:
+        """The next attempt on the current target (hot path: kept flat)."""
+        ti = self.ti
         if cred is None:
-            cred = self.cred if self.cred is not None and self._usable(self.cred) else None
-            if cred is None:
+            cur = self.cred
+            if (
+                cur is not None
+                and cur.id not in self.spent
+                and self.cred_free_at(ti, cur) <= self.at
+            ):
+                cred = cur
+            else:
                 cred = self.free_credential() or self.earliest_free()[1] or self.target.pool()[0]
         self.cred = cred
-        if self.ti not in self.tried:
-            self.tried.append(self.ti)
+        if ti not in self.tried:
+            self.tried.append(ti)
         self.attempts += 1
-        self.total_attempts += 1
+        self.total_attempts = n = self.total_attempts + 1
         self.attempt_at = now = self.at
-        left = self.policy.deadline - (now - self.started)
-        timeout = max(0.001, min(self.policy.attempt_timeout, left))
-        return Attempt(self.target, cred, timeout, self.total_attempts)
+        p = self.policy
+        left = p.deadline - (now - self.started)
+        timeout = p.attempt_timeout if p.attempt_timeout <= left else max(0.001, left)
+        return Attempt(p.targets[ti], cred, timeout, n)
 
     def _usable(self, c: Credential) -> bool:
         return c.id not in self.spent and self.cred_free_at(self.ti, c) <= self.at
@@ -634,7 +643,8 @@ def apply(
     s._raw.append((
         seq, s.at - s.started, t.source, trigger, t.dest, action, s.ti,
         s.cred.id if s.cred is not None and s.ti >= 0 else None,
-        o if o is not None and cls is not Fail and trigger != "success" and o.kind == trigger
+        o if o is not None and cls is not Fail and trigger != "success"
+        and (o.kind is trigger or o.kind == trigger)
         else None,
     ))  # fmt: skip
     if cls is Fail:
