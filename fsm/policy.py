@@ -86,6 +86,10 @@ class Secret:
 
     __str__ = __repr__
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        """Pretty-printers (IPython, Hypothesis) walk attrs fields: show *** there too."""
+        p.text(repr(self))
+
 
 @attrs.frozen(slots=True)
 class Credential:
@@ -243,6 +247,8 @@ class Cooldown:
         if not _is_number(self.multiplier) or self.multiplier < 1:
             ps.add("multiplier", self.multiplier, "must be a finite number >= 1")
         _check_seconds(ps, "cap", self.cap)
+        if _is_number(self.initial) and _is_number(self.cap) and self.cap < self.initial:
+            ps.add("cap", self.cap, f"must be >= initial ({self.initial})")
         ps.raise_if_any()
 
 

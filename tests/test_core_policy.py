@@ -200,3 +200,19 @@ def test_plausible_but_wrong_chains_are_rejected_with_named_fields(primary, fall
         ), paths
     else:
         assert len(p.targets) == 1 + len(fallbacks) and p.max_attempts == attempts >= 1
+
+
+def test_pretty_printers_never_show_a_key():
+    """Hypothesis and IPython print attrs objects field by field; a Secret stays ***."""
+    from hypothesis.vendor.pretty import pretty
+
+    p = Policy.from_dict(GOOD)
+    assert "sk-live-abcdef123456" not in pretty(p)
+    assert "***" in pretty(p.targets[1].credentials[0])
+
+
+def test_a_cooldown_cap_below_its_initial_value_is_refused():
+    from fsm import Cooldown
+
+    with pytest.raises(PolicyError, match=r"cap = 1: must be >= initial \(5\)"):
+        Cooldown(initial=5, cap=1)
