@@ -69,6 +69,7 @@ def classify_status(
     body: Any = None,
     *,
     now: float | None = None,
+    error: BaseException | None = None,
 ) -> Outcome:
     """Map an HTTP error response to an outcome (SPEC section 4 table)."""
     text = _body_text(body)
@@ -113,7 +114,7 @@ def classify_status(
     else:
         kind = OutcomeKind.BAD_REQUEST
         detail = f"unexpected HTTP status {status}"
-    return Outcome(kind, status=status, retry_after=ra, detail=detail)
+    return Outcome(kind, status=status, retry_after=ra, detail=detail, error=error)
 
 
 def _short(text: str) -> str:
@@ -155,8 +156,7 @@ def classify_exception(e: BaseException) -> Outcome:
         body = getattr(e, "body", None)
         if body is None:
             body = str(e)
-        o = classify_status(status, dict(headers) if headers else None, body)
-        return Outcome(o.kind, status=o.status, retry_after=o.retry_after, detail=o.detail, error=e)
+        return classify_status(status, dict(headers) if headers else None, body, error=e)
     if isinstance(e, TimeoutError | socket.timeout):
         return Outcome(OutcomeKind.TRANSPORT, detail=f"timeout: {type(e).__name__}", error=e)
     if isinstance(e, ConnectionError | socket.gaierror | EOFError):

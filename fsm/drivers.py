@@ -24,7 +24,7 @@ from .outcomes import Outcome, OutcomeKind
 from .policy import Credential, Policy, Target
 from .redact import redact
 from .trace import TraceEvent
-from .turn import Hook, Turn, _TurnBase
+from .turn import Hook, Turn, TurnState, _TurnBase
 
 logger = logging.getLogger("fallgate")
 T = TypeVar("T")
@@ -33,14 +33,19 @@ Classifier = Callable[[BaseException], Outcome]
 
 @attrs.frozen(slots=True)
 class TurnResult:
-    """A turn that ended in `done`: the value, and the path it took."""
+    """A turn that ended in `done`: the value, and the path it took (`trace`)."""
 
     value: Any = attrs.field(repr=False)
     state: str
     target: str
     model: str
     attempts: int
-    trace: tuple[TraceEvent, ...] = attrs.field(repr=False)
+    _turn: TurnState = attrs.field(repr=False, eq=False, alias="turn")
+
+    @property
+    def trace(self) -> tuple[TraceEvent, ...]:
+        """One `TraceEvent` per transition (built when first read)."""
+        return tuple(self._turn.trace)
 
 
 def _hook(user: Hook | None) -> Hook | None:
@@ -115,7 +120,7 @@ class _Step:
     def result(self, action: Finish) -> TurnResult:
         s = self.turn.s
         t = s.target
-        return TurnResult(action.result, s.state, t.name, t.model, s.total_attempts, tuple(s.trace))
+        return TurnResult(action.result, s.state, t.name, t.model, s.total_attempts, s)
 
 
 def run(
