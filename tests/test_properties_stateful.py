@@ -96,9 +96,9 @@ def policies(draw: Any) -> Policy:
             "prefer_waiting": draw(st.booleans()),
             "continue_streams": cont,
             "cooldown": {
-                "initial": draw(seconds),
+                "initial": (cool := draw(seconds)),
                 "multiplier": draw(st.sampled_from([1, 2])),
-                "cap": draw(st.floats(min_value=0, max_value=600)),
+                "cap": cool + draw(st.floats(min_value=0, max_value=600)),
             },
             "rules": draw(rules(cont)),
         }
