@@ -222,12 +222,7 @@ class Backoff:
 
     def __attrs_post_init__(self) -> None:
         ps = _Problems()
-        _check_seconds(ps, "initial", self.initial)
-        if not _is_number(self.multiplier) or self.multiplier < 1:
-            ps.add("multiplier", self.multiplier, "must be a finite number >= 1")
-        _check_seconds(ps, "cap", self.cap)
-        if _is_number(self.initial) and _is_number(self.cap) and self.cap < self.initial:
-            ps.add("cap", self.cap, f"must be >= initial ({self.initial})")
+        _check_growth(ps, self.initial, self.multiplier, self.cap)
         if not isinstance(self.jitter, bool):
             ps.add("jitter", self.jitter, "must be true or false")
         ps.raise_if_any()
@@ -243,13 +238,18 @@ class Cooldown:
 
     def __attrs_post_init__(self) -> None:
         ps = _Problems()
-        _check_seconds(ps, "initial", self.initial)
-        if not _is_number(self.multiplier) or self.multiplier < 1:
-            ps.add("multiplier", self.multiplier, "must be a finite number >= 1")
-        _check_seconds(ps, "cap", self.cap)
-        if _is_number(self.initial) and _is_number(self.cap) and self.cap < self.initial:
-            ps.add("cap", self.cap, f"must be >= initial ({self.initial})")
+        _check_growth(ps, self.initial, self.multiplier, self.cap)
         ps.raise_if_any()
+
+
+def _check_growth(ps: _Problems, initial: float, multiplier: float, cap: float) -> None:
+    """initial * multiplier**n, capped: the shape Backoff and Cooldown share."""
+    _check_seconds(ps, "initial", initial)
+    if not _is_number(multiplier) or multiplier < 1:
+        ps.add("multiplier", multiplier, "must be a finite number >= 1")
+    _check_seconds(ps, "cap", cap)
+    if _is_number(initial) and _is_number(cap) and cap < initial:
+        ps.add("cap", cap, f"must be >= initial ({initial})")
 
 
 def _check_seconds(ps: _Problems, name: str, v: object, positive: bool = False) -> None:
