@@ -223,13 +223,6 @@ def _declare(policy: Policy) -> Declaration:
                                 k, here, state_name(here, RECOVERING), "can_recover", "rebuild"
                             )
                         )
-            elif kind is OutcomeKind.OVERLOADED:
-                if rule.retry:
-                    tr.append(
-                        Transition(
-                            k, here, state_name(here, BACKING_OFF), "overload_retry", "back_off"
-                        )
-                    )
             elif kind is OutcomeKind.STREAM_INTERRUPTED:
                 if continuation:
                     tr.append(
@@ -237,21 +230,24 @@ def _declare(policy: Policy) -> Declaration:
                     )
             if rule.rotate:
                 tr.append(Transition(k, here, here, "can_rotate", "rotate"))
-            waits_here = kind is OutcomeKind.RATE_LIMITED and rule.retry
-            if waits_here and policy.prefer_waiting:
-                tr.append(
-                    Transition(
-                        k, here, state_name(here, RATE_LIMITED), "can_wait", "wait_rate_limit"
-                    )
+            # Waits on this target (a Retry-After, a server-error backoff) come after the
+            # fallbacks: never sleep while an eligible fallback is available now, unless the
+            # policy prefers waiting.
+            wait: Transition | None = None
+            if kind is OutcomeKind.RATE_LIMITED and rule.retry:
+                wait = Transition(
+                    k, here, state_name(here, RATE_LIMITED), "can_wait", "wait_rate_limit"
                 )
+            elif kind is OutcomeKind.OVERLOADED and rule.retry:
+                wait = Transition(
+                    k, here, state_name(here, BACKING_OFF), "overload_retry", "back_off"
+                )
+            if wait is not None and policy.prefer_waiting:
+                tr.append(wait)
             if rule.fall_back:
                 tr.extend(to_fallbacks(k))
-            if waits_here and not policy.prefer_waiting:
-                tr.append(
-                    Transition(
-                        k, here, state_name(here, RATE_LIMITED), "can_wait", "wait_rate_limit"
-                    )
-                )
+            if wait is not None and not policy.prefer_waiting:
+                tr.append(wait)
             tr.append(Transition(k, here, FAILED, None, "fail"))
 
         # A committed stream being continued: it may only finish, continue again or fail;

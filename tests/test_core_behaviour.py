@@ -61,7 +61,7 @@ def test_a_rate_limit_on_a_fallback_never_benches_the_primarys_keys():
     p = policy(n_fallbacks=2)
     played = play(
         p,
-        ["overloaded", "overloaded", "overloaded", "rate_limited:100", "success"],
+        ["not_found", "rate_limited:100", "success"],
         health=health,
         clock=clock,
     )

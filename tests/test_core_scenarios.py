@@ -102,10 +102,21 @@ def test_scenario_3_a_403_on_fallback_1_goes_on_to_fallback_2(engine):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_scenario_4_three_503s_with_three_attempts_fall_back_instead_of_failing(engine):
-    played = play(chain("a", "b", attempts=3), ["overloaded"] * 3 + ["success"], engine=engine)
-    assert played.models == ["a", "a", "a", "b"]
-    assert len(played.waits) == 2  # backoff between the three attempts, none before fallback
+    # A free fallback is taken at once: no sleeping while one is available now.
+    played = play(chain("a", "b", attempts=3), ["overloaded", "success"], engine=engine)
+    assert played.models == ["a", "b"]
+    assert played.waits == ()
     assert played.state == "done"
+    # Preferring to wait: every attempt with backoff, and still the fallback, never `failed`.
+    patient = play(chain("a", "b", attempts=3, prefer_waiting=True),
+                   ["overloaded"] * 3 + ["success"], engine=engine)
+    assert patient.models == ["a", "a", "a", "b"]
+    assert len(patient.waits) == 2  # backoff between the three attempts, none before fallback
+    assert patient.state == "done"
+    # No fallback free: the same backoff on the only target.
+    alone = play(chain("a", attempts=3), ["overloaded"] * 3, engine=engine)
+    assert alone.models == ["a", "a", "a"]
+    assert alone.state == "failed"
 
 
 @pytest.mark.parametrize("engine", ENGINES)

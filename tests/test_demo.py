@@ -30,15 +30,7 @@ EXPECTED = {
         ],
     ),
     "retry-after": ("done", [["primary", "gpt-4.1"], ["fallback_1", "glm-4.7"]]),
-    "overloaded": (
-        "done",
-        [
-            ["primary", "gpt-4.1"],
-            ["primary", "gpt-4.1"],
-            ["primary", "gpt-4.1"],
-            ["fallback_1", "glm-4.7"],
-        ],
-    ),
+    "overloaded": ("done", [["primary", "gpt-4.1"], ["fallback_1", "glm-4.7"]]),
     "context-too-long": ("done", [["primary", "small-8k"], ["fallback_2", "large-128k"]]),
     "stream-broken": ("failed", [["primary", "gpt-4.1"]]),
 }

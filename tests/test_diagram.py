@@ -146,7 +146,7 @@ def test_a_trace_from_another_policy_is_refused_with_the_step_named():
 
 
 def test_markdown_has_a_mermaid_fence_and_the_step_table():
-    pol = policy("a", "b")
+    pol = policy("a")
     played = play(pol, ["overloaded", "success"], random=0.5)
     md = diagram.to_markdown(declare(pol), played.trace, title="a turn")
     assert md.startswith("# a turn\n")

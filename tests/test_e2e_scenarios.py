@@ -160,7 +160,7 @@ def test_scenario_3_a_403_on_fallback_1_goes_on_to_fallback_2(
     fault_server.script(
         {
             "models": {
-                "a": [{"kind": "status", "status": 503}] * 3,
+                "a": [{"kind": "status", "status": 503}],
                 "b": [{"kind": "status", "status": 403}],
                 "c": [{"kind": "answer", "text": "from c"}],
             }
@@ -176,13 +176,13 @@ def test_scenario_3_a_403_on_fallback_1_goes_on_to_fallback_2(
         result = gate.run(messages=MSG)
     assert result.model == "c"
     assert path(result.trace)[-3:] == ["fallback_1", "fallback_2", "done"]
-    assert fault_server.counts == {"a": 3, "b": 1, "c": 1}
+    assert fault_server.counts == {"a": 1, "b": 1, "c": 1}
 
 
 # -- scenario 4 -----------------------------------------------------------------------------------
 
 
-def test_scenario_4_three_503s_fall_back_instead_of_failing(
+def test_scenario_4_a_503_falls_back_at_once_when_the_fallback_is_free(
     fault_server: FaultServer, instant: None
 ) -> None:
     fault_server.script({"models": {"a": [{"kind": "status", "status": 503}] * 3}})
@@ -191,6 +191,25 @@ def test_scenario_4_three_503s_fall_back_instead_of_failing(
             "primary": target(fault_server, "a"),
             "fallback_providers": [target(fault_server, "b")],
             "max_attempts": 3,
+        }
+    )
+    with Fallgate(policy) as gate:
+        result = gate.run(messages=MSG)
+    assert result.model == "b"
+    assert [e.event for e in result.trace] == ["start", "overloaded", "success"]
+    assert fault_server.counts == {"a": 1, "b": 1}
+
+
+def test_scenario_4_three_503s_with_prefer_waiting_use_every_attempt_then_fall_back(
+    fault_server: FaultServer, instant: None
+) -> None:
+    fault_server.script({"models": {"a": [{"kind": "status", "status": 503}] * 3}})
+    policy = Policy.from_dict(
+        {
+            "primary": target(fault_server, "a"),
+            "fallback_providers": [target(fault_server, "b")],
+            "max_attempts": 3,
+            "prefer_waiting": True,
         }
     )
     with Fallgate(policy) as gate:

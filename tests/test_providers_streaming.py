@@ -78,10 +78,20 @@ def test_a_failure_before_the_first_chunk_is_retried_on_the_same_target(
     fault_server: FaultServer,
 ) -> None:
     fault_server.script({"models": {"a": [{"kind": "stream", "chunks": 0, "then": "error"}]}})
-    with Fallgate(chain(fault_server, "a", "b", max_attempts=2)) as gate:
+    with Fallgate(chain(fault_server, "a", max_attempts=2)) as gate:
         chunks = list(gate.chat.completions.create(messages=MSG, stream=True))
     assert text(chunks) == "ok"
     assert fault_server.counts == {"a": 2}
+
+
+def test_a_failure_before_the_first_chunk_falls_back_at_once_when_a_fallback_is_free(
+    fault_server: FaultServer,
+) -> None:
+    fault_server.script({"models": {"a": [{"kind": "stream", "chunks": 0, "then": "error"}]}})
+    with Fallgate(chain(fault_server, "a", "b", max_attempts=2)) as gate:
+        chunks = list(gate.chat.completions.create(messages=MSG, stream=True))
+    assert text(chunks) == "ok"
+    assert fault_server.counts == {"a": 1, "b": 1}
 
 
 @pytest.mark.parametrize("then", ["error", "cut"])
