@@ -173,9 +173,6 @@ class TurnState:
             events.append(_event(self, raw))
         return events
 
-    def now(self) -> float:
-        return self.at
-
     def elapsed(self) -> float:
         return self.at - self.started
 
@@ -559,12 +556,12 @@ def e_wait_rate_limit(s: TurnState, arg: int) -> Action:
 
 
 def e_wait_for_target(s: TurnState, j: int) -> Action:
-    e_enter_reasons = s.at
+    now = s.at
     for k in range(len(s.policy.targets)):
         if k != j:
             s.reasons.setdefault(
                 s.policy.targets[k].name,
-                f"cooling for {s.target_ready_at(k) - e_enter_reasons:.1f}s at turn start",
+                f"cooling for {s.target_ready_at(k) - now:.1f}s at turn start",
             )
     s.go_to(j)
     at = s.target_ready_at(j)
