@@ -297,6 +297,8 @@ def _next(e: TraceEvent) -> str:
     if e.action == "Attempt":
         return f"call {target}"
     if e.action == "Wait":
+        if not e.wait:
+            return "no sleep: the failed attempt already took the backoff"
         return f"sleep {_fmt_wait(e.wait)}"
     if e.action == "Rebuild":
         return f"rebuild {e.target}'s client"
