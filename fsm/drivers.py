@@ -117,6 +117,23 @@ class _Step:
             _clock.advance(seconds)
         return True
 
+    def answered(self, value: Any) -> Action:
+        return self.turn.feed(Outcome(OutcomeKind.SUCCESS, value=value))
+
+    def raised(self, e: BaseException) -> Action:
+        return self.turn.feed(self.outcome_of(e))
+
+    def must_sleep(self, wait: Wait) -> bool:
+        """False when the wait is instant (testing switch) or zero."""
+        return not self.instant(wait.seconds) and wait.seconds > 0
+
+    def end(self, action: Action) -> TurnResult:
+        """The result of a finished turn; a failed one raises its `TurnFailed`."""
+        if isinstance(action, Finish):
+            return self.result(action)
+        assert isinstance(action, Fail)
+        raise action.error from None
+
     def result(self, action: Finish) -> TurnResult:
         s = self.turn.s
         t = s.target
@@ -178,26 +195,23 @@ def drive(
                 try:
                     value = attempt(action)
                 except Exception as e:
-                    action = turn.feed(st.outcome_of(e))
+                    action = st.raised(e)
                 else:
-                    action = turn.feed(Outcome(OutcomeKind.SUCCESS, value=value))
+                    action = st.answered(value)
             elif isinstance(action, Wait):
-                if not st.instant(action.seconds) and action.seconds > 0:
+                if st.must_sleep(action):
                     sleep(action.seconds)
                 action = turn.waited()
             elif isinstance(action, Rebuild):
-                ok = True
-                if rebuild is not None:
-                    try:
+                try:
+                    if rebuild is not None:
                         rebuild(action.target)
-                    except Exception:
-                        ok = False
-                action = turn.rebuilt(ok)
-            elif isinstance(action, Finish):
-                return st.result(action)
+                except Exception:
+                    action = turn.rebuilt(False)
+                else:
+                    action = turn.rebuilt(True)
             else:
-                assert isinstance(action, Fail)
-                raise action.error from None
+                return st.end(action)
     except KeyboardInterrupt:
         turn.cancel()
         raise
@@ -251,26 +265,23 @@ async def adrive(
                 try:
                     value = await attempt(action)
                 except Exception as e:
-                    action = turn.feed(st.outcome_of(e))
+                    action = st.raised(e)
                 else:
-                    action = turn.feed(Outcome(OutcomeKind.SUCCESS, value=value))
+                    action = st.answered(value)
             elif isinstance(action, Wait):
-                if not st.instant(action.seconds) and action.seconds > 0:
+                if st.must_sleep(action):
                     await asyncio.sleep(action.seconds)
                 action = turn.waited()
             elif isinstance(action, Rebuild):
-                ok = True
-                if rebuild is not None:
-                    try:
+                try:
+                    if rebuild is not None:
                         await rebuild(action.target)
-                    except Exception:
-                        ok = False
-                action = turn.rebuilt(ok)
-            elif isinstance(action, Finish):
-                return st.result(action)
+                except Exception:
+                    action = turn.rebuilt(False)
+                else:
+                    action = turn.rebuilt(True)
             else:
-                assert isinstance(action, Fail)
-                raise action.error from None
+                return st.end(action)
     except (asyncio.CancelledError, KeyboardInterrupt):
         turn.cancel()
         raise
