@@ -37,8 +37,9 @@ from .machine import (
     Declaration,
     Transition,
 )
-from .outcomes import FAULT_KINDS
+from .guards import RESET_STREAK, SOONEST_IS, observation_text
 from .policy import Policy
+from .traits import FAULT_KINDS, TRAITS, Phase
 from .trace import TraceEvent
 
 __all__ = ["DiagramError", "Step", "path_steps", "to_dot", "to_markdown", "to_mermaid"]
@@ -137,10 +138,7 @@ def _seconds(x: float) -> str:
 
 
 def _guard_text(t: Transition, policy: Policy) -> str:
-    if t.guard is None:
-        return ""
-    label = t.label(policy)
-    return label[len(t.trigger) + 2 : -1]  # "trigger [text]" -> "text"
+    return "" if t.guard is None else t.guard.label(policy, t.arg)
 
 
 def _fallback_kinds(policy: Policy) -> frozenset[str]:
@@ -241,7 +239,15 @@ def _safe_id(name: str, taken: set[str]) -> str:
     return ident
 
 
-_SUMMARISED_GUARDS: Final = ("soonest_is",)
+def observe_notes(decl: Declaration) -> list[str]:
+    """What each outcome kind records before any guard, one line per observation."""
+    by_text: dict[str, list[str]] = {}
+    for kind in FAULT_KINDS:
+        for ob in decl.observes.get(kind.value, ()):
+            if ob is not RESET_STREAK:
+                text = observation_text(ob, TRAITS[kind])
+                by_text.setdefault(text, []).append(kind.value)
+    return [f"on {', '.join(kinds)}, first: {text}" for text, kinds in by_text.items()]
 
 
 def _graph(decl: Declaration, trace: Iterable[TraceEvent] | None, title: str | None) -> _Graph:
@@ -284,8 +290,8 @@ def _graph(decl: Declaration, trace: Iterable[TraceEvent] | None, title: str | N
             if t.trigger == CANCELLED:
                 cancel_sources += 1
                 continue
-            if t.guard in _SUMMARISED_GUARDS:
-                summarised += 1
+            if t.guard is SOONEST_IS or decl.state(t.source).phase is Phase.COOLING:
+                summarised += t.guard is SOONEST_IS
                 continue
         pairs.setdefault((t.source, t.dest), []).append(t)
     edges = []
@@ -302,7 +308,11 @@ def _graph(decl: Declaration, trace: Iterable[TraceEvent] | None, title: str | N
 
     groups = []
     for tg in policy.targets:
-        own = [s.name for s in decl.states if s.target == tg.index]
+        own = [
+            s.name
+            for s in decl.states
+            if s.target == tg.index and (s.phase is not Phase.COOLING or s.name in visited)
+        ]
         title_ = f"{tg.name}: {tg.provider} · {tg.model}"
         groups.append(_Group(tg.index, title_, (*own, *exits.get(tg.index, ()))))
     used = {e.source for e in edges} | {e.dest for e in edges} | {IDLE}
@@ -328,8 +338,9 @@ def _graph(decl: Declaration, trace: Iterable[TraceEvent] | None, title: str | N
     if summarised:
         legend.append(
             f"{START} with every target cooling: wait in the soonest one's "
-            "_rate_limited state (within the Retry-After cap)"
+            "_cooling state (within the Retry-After cap)"
         )
+    legend += observe_notes(decl)
     chain = " → ".join(t.model for t in policy.targets)
     if title is None:
         title = f"fallgate turn machine: {chain}"

@@ -1,70 +1,113 @@
 """The turn machine, declared once, as data.
 
 `declare(policy)` generates the states (one group per target of the user's
-chain) and the ordered, guarded transitions. Everything else reads this
-declaration: the `transitions` executor, the compiled fast executor, the
-diagrams and the model checker. Nothing restates it.
+chain) and the ordered, guarded transitions, from the outcome kinds' traits
+and the policy's rules. Everything else reads this declaration: the
+`transitions` executor, the compiled fast executor, the diagrams and the model
+checker. Nothing restates it.
 
-Semantics of one event: the outcome is first *observed* (credential
-cooldowns, counters), then the transitions declared for (state, trigger) are
-tried in order; the first whose guard holds is taken and its effect returns
-the next action. The last candidate of every group has no guard, so every
-declared (state, trigger) pair always has a way out.
+Semantics of one event: the outcome is first *observed* (the observations the
+declaration lists for its kind: streaks, benched keys, not-before times), then
+the transitions declared for (state, trigger) are tried in order; the first
+whose guard holds is taken and its effect returns the next action. The last
+candidate of every group has no guard, so every declared (state, trigger) pair
+always has a way out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Final
 
 import attrs
 
-from .outcomes import FAULT_KINDS, OutcomeKind
+from .guards import (
+    ABORT,
+    ATTEMPT,
+    BACK_OFF,
+    CAN_RECOVER,
+    CAN_ROTATE,
+    CAN_WAIT,
+    ENTER,
+    FAIL,
+    FALL_BACK,
+    FINISH,
+    FIRST_IS,
+    NEXT_IS,
+    REBUILD,
+    RECOVERED,
+    ROTATE,
+    SERVER_RETRY,
+    SOONEST_IS,
+    STREAM_RETRY,
+    TRANSPORT_RETRY,
+    WAIT_FOR_TARGET,
+    WAIT_RATE_LIMIT,
+    Effect,
+    Guard,
+    Observation,
+    observations,
+)
+from .outcomes import OutcomeKind
 from .policy import Policy
+from .traits import (
+    ABORTED,
+    CANCELLED,
+    DONE,
+    FAILED,
+    FAULT_KINDS,
+    IDLE,
+    REBUILD_FAILED,
+    REBUILT,
+    START,
+    SUCCESS,
+    TERMINALS,
+    TRAITS,
+    WAITED,
+    Phase,
+)
 
-# Internal triggers (what the host feeds back after non-attempt actions).
-START: Final = "start"
-WAITED: Final = "waited"
-REBUILT: Final = "rebuilt"
-REBUILD_FAILED: Final = "rebuild_failed"
-CANCELLED: Final = OutcomeKind.CANCELLED.value
-SUCCESS: Final = OutcomeKind.SUCCESS.value
+__all__ = [
+    "ABORTED",
+    "CANCELLED",
+    "DONE",
+    "FAILED",
+    "IDLE",
+    "REBUILD_FAILED",
+    "REBUILT",
+    "START",
+    "SUCCESS",
+    "TERMINALS",
+    "WAITED",
+    "Declaration",
+    "Phase",
+    "State",
+    "Transition",
+    "declare",
+    "state_name",
+]
 
-IDLE: Final = "idle"
-DONE: Final = "done"
-FAILED: Final = "failed"
-ABORTED: Final = "aborted"
-TERMINALS: Final = (DONE, FAILED, ABORTED)
-
-# Phases of a target: "" is "an attempt is in flight".
-CALLING: Final = ""
-TIMING_OUT: Final = "timing_out"
-RECOVERING: Final = "recovering"
-RATE_LIMITED: Final = "rate_limited"
-BACKING_OFF: Final = "backing_off"
-CONTINUING: Final = "continuing"  # a committed stream being resent (opt-in continuation)
-PHASES: Final = (CALLING, TIMING_OUT, RECOVERING, RATE_LIMITED, BACKING_OFF, CONTINUING)
-WAIT_PHASES: Final = (TIMING_OUT, RATE_LIMITED, BACKING_OFF)
-
-#: What each guard means, for diagrams and the checker's reports.
-GUARD_TEXT: Final = {
-    "transport_retry": "streak < {faults} and attempts < {attempts}, not recovered",
-    "can_recover": "recovery not yet used",
-    "can_rotate": "another credential free (rotations < pool-1)",
-    "overload_retry": "attempts < {attempts}, Retry-After <= cap",
-    "can_wait": "attempts < {attempts}, wait <= {cap}s and deadline",
-    "stream_retry": "continuation on, attempts < {attempts}",
-    "next_is": "next eligible = {target}",
-    "first_is": "first free = {target}",
-    "soonest_is": "all cooling; soonest free = {target}",
+#: How a same-target retry enters each retry phase: its guard and effect.
+RETRY_EDGES: Final[Mapping[Phase, tuple[Guard, Effect]]] = {
+    Phase.TRANSPORT_BACKOFF: (TRANSPORT_RETRY, BACK_OFF),
+    Phase.RATE_LIMITED: (CAN_WAIT, WAIT_RATE_LIMIT),
+    Phase.SERVER_BACKOFF: (SERVER_RETRY, BACK_OFF),
+    Phase.CONTINUING: (STREAM_RETRY, ATTEMPT),
 }
+#: Phases the host leaves with `waited`.
+WAIT_PHASES: Final = (
+    Phase.TRANSPORT_BACKOFF,
+    Phase.RATE_LIMITED,
+    Phase.SERVER_BACKOFF,
+    Phase.COOLING,
+)
 
 
 @attrs.frozen(slots=True)
 class State:
     name: str
     target: int | None = None  # index into policy.targets; None for idle/terminals
-    phase: str = CALLING
+    phase: Phase = Phase.CALLING
 
     @property
     def terminal(self) -> bool:
@@ -73,54 +116,42 @@ class State:
 
 @attrs.frozen(slots=True)
 class Transition:
-    """One declared edge. `arg` is the target index a guard or effect is about."""
+    """One declared edge. `arg` is the target index its guard or effect is about."""
 
     trigger: str
     source: str
     dest: str
-    guard: str | None = None
-    effect: str = ""
+    guard: Guard | None
+    effect: Effect
     arg: int = -1
 
     def label(self, policy: Policy) -> str:
         if self.guard is None:
             return self.trigger
-        text = GUARD_TEXT[self.guard].format(
-            faults=policy.transport_faults_before_recovery,
-            attempts=policy.max_attempts,
-            cap=_num(policy.retry_after_cap),
-            target=policy.targets[self.arg].name if self.arg >= 0 else "?",
-        )
-        return f"{self.trigger} [{text}]"
+        return f"{self.trigger} [{self.guard.label(policy, self.arg)}]"
 
 
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
-
-
-def state_name(target_name: str, phase: str) -> str:
-    return target_name if not phase else f"{target_name}_{phase}"
+def state_name(target_name: str, phase: Phase) -> str:
+    return target_name if phase is Phase.CALLING else f"{target_name}_{phase.value}"
 
 
 @attrs.frozen(slots=True)
 class Declaration:
-    """States, triggers and ordered transitions of one policy's machine."""
+    """States, triggers, ordered transitions and per-kind observations of one machine."""
 
     policy: Policy = attrs.field(repr=False)
     states: tuple[State, ...]
     transitions: tuple[Transition, ...]
     triggers: tuple[str, ...]
+    #: trigger -> what `observe` records for it before any guard (fault kinds only)
+    observes: Mapping[str, tuple[Observation, ...]] = attrs.field(repr=False)
     initial: str = IDLE
-    prepare: str = "observe"  # runs once per event before any guard
 
     def state(self, name: str) -> State:
         for s in self.states:
             if s.name == name:
                 return s
         raise KeyError(name)
-
-    def outgoing(self, source: str, trigger: str) -> tuple[Transition, ...]:
-        return tuple(t for t in self.transitions if t.source == source and t.trigger == trigger)
 
     def groups(self) -> dict[tuple[str, str], tuple[Transition, ...]]:
         """(source, trigger) -> candidates in declared order."""
@@ -129,150 +160,126 @@ class Declaration:
             out.setdefault((t.source, t.trigger), []).append(t)
         return {k: tuple(v) for k, v in out.items()}
 
+    def replacing(
+        self,
+        guards: Mapping[Guard, Guard] | None = None,
+        effects: Mapping[Effect, Effect] | None = None,
+    ) -> Declaration:
+        """The same machine with some guard or effect objects swapped (used to prove
+        that the checker catches deliberately broken machines)."""
+        g = guards or {}
+        e = effects or {}
+        return attrs.evolve(
+            self,
+            transitions=tuple(
+                attrs.evolve(
+                    t,
+                    guard=g.get(t.guard, t.guard) if t.guard is not None else None,
+                    effect=e.get(t.effect, t.effect),
+                )
+                for t in self.transitions
+            ),
+        )
+
 
 def declare(policy: Policy) -> Declaration:
-    """Generate the machine for `policy` (cached on the policy: build once)."""
-    cache = _cache(policy)
-    found = cache.get("declaration")
+    """Generate the machine for `policy` (memoised on the policy: built once)."""
+    memo = policy.memo
+    found = memo.get("declaration")
     if isinstance(found, Declaration):
         return found
     decl = _declare(policy)
-    cache["declaration"] = decl
+    memo["declaration"] = decl
     return decl
 
 
-def _cache(policy: Policy) -> dict[str, object]:
-    """Per-policy memo (declaration, compiled table, default health store)."""
-    found = _CACHES.get(id(policy))
-    if found is None:
-        found = _CACHES.setdefault(id(policy), _finalized(policy))
-    return found
+def _states(policy: Policy) -> list[State]:
+    phases = set(Phase)
+    if not policy.recover_transport:
+        phases.discard(Phase.RECOVERING)
+    if not policy.rule(OutcomeKind.STREAM_INTERRUPTED).retry:
+        phases.discard(Phase.CONTINUING)
+    states = [State(IDLE)]
+    for t in policy.targets:
+        states += [State(state_name(t.name, ph), t.index, ph) for ph in Phase if ph in phases]
+    return [*states, State(DONE), State(FAILED), State(ABORTED)]
 
 
-_CACHES: dict[int, dict[str, object]] = {}
+def _turn_start(policy: Policy) -> Iterator[Transition]:
+    """The first target not cooling; if all are cooling, wait for the soonest."""
+    targets = policy.targets
+    for j, t in enumerate(targets):
+        yield Transition(START, IDLE, t.name, FIRST_IS, ENTER, j)
+    for j, t in enumerate(targets):
+        yield Transition(
+            START, IDLE, state_name(t.name, Phase.COOLING), SOONEST_IS, WAIT_FOR_TARGET, j
+        )
+    yield Transition(START, IDLE, FAILED, None, FAIL)
 
 
-def _finalized(policy: Policy) -> dict[str, object]:
-    import weakref
+def _on_fault(policy: Policy, i: int, kind: OutcomeKind) -> Iterator[Transition]:
+    """The ordered ways out of target i's calling state after a `kind` outcome."""
+    here = policy.targets[i].name
+    k = kind.value
+    traits = TRAITS[kind]
+    rule = policy.rule(kind)
+    retry: Transition | None = None
+    if rule.retry and traits.wait_phase is not None:
+        guard, effect = RETRY_EDGES[traits.wait_phase]
+        retry = Transition(k, here, state_name(here, traits.wait_phase), guard, effect)
+    if retry is not None and traits.retry_first:
+        yield retry
+    if traits.streak and rule.retry and policy.recover_transport:
+        yield Transition(k, here, state_name(here, Phase.RECOVERING), CAN_RECOVER, REBUILD)
+    if rule.rotate:
+        yield Transition(k, here, here, CAN_ROTATE, ROTATE)
+    # Any other retry waits, so it comes after the fallbacks: never sleep while an
+    # eligible fallback is available now, unless the policy prefers waiting.
+    late = retry is not None and not traits.retry_first
+    if late and policy.prefer_waiting:
+        yield retry  # type: ignore[misc]
+    if rule.fall_back:
+        yield from _fallbacks(policy, i, k, here)
+    if late and not policy.prefer_waiting:
+        yield retry  # type: ignore[misc]
+    yield Transition(k, here, FAILED, None, FAIL)
 
-    key = id(policy)
-    weakref.finalize(policy, _CACHES.pop, key, None)
-    return {}
+
+def _fallbacks(policy: Policy, i: int, trigger: str, source: str) -> Iterator[Transition]:
+    for j in range(i + 1, len(policy.targets)):
+        yield Transition(trigger, source, policy.targets[j].name, NEXT_IS, FALL_BACK, j)
+
+
+def _target(policy: Policy, i: int) -> Iterator[Transition]:
+    here = policy.targets[i].name
+    yield Transition(SUCCESS, here, DONE, None, FINISH)
+    for kind in FAULT_KINDS:
+        yield from _on_fault(policy, i, kind)
+    # A committed stream being continued may only finish, continue again or fail: no
+    # rotation, no fallback (its output already reached the caller).
+    if policy.rule(OutcomeKind.STREAM_INTERRUPTED).retry:
+        cont = state_name(here, Phase.CONTINUING)
+        yield Transition(SUCCESS, cont, DONE, None, FINISH)
+        for kind in FAULT_KINDS:
+            if TRAITS[kind].committed:
+                yield Transition(kind.value, cont, cont, STREAM_RETRY, ATTEMPT)
+            yield Transition(kind.value, cont, FAILED, None, FAIL)
+    for phase in WAIT_PHASES:
+        yield Transition(WAITED, state_name(here, phase), here, None, ATTEMPT)
+    if policy.recover_transport:
+        rec = state_name(here, Phase.RECOVERING)
+        yield Transition(REBUILT, rec, here, None, RECOVERED)
+        if policy.rule(OutcomeKind.TRANSPORT).fall_back:  # a failed rebuild is transport
+            yield from _fallbacks(policy, i, REBUILD_FAILED, rec)
+        yield Transition(REBUILD_FAILED, rec, FAILED, None, FAIL)
 
 
 def _declare(policy: Policy) -> Declaration:
-    targets = policy.targets
-    n = len(targets)
-    continuation = policy.continue_streams and policy.rule(OutcomeKind.STREAM_INTERRUPTED).retry
-    states: list[State] = [State(IDLE)]
-    for t in targets:
-        for phase in PHASES:
-            if phase == RECOVERING and not policy.recover_transport:
-                continue
-            if phase == CONTINUING and not continuation:
-                continue
-            states.append(State(state_name(t.name, phase), t.index, phase))
-    states += [State(DONE), State(FAILED), State(ABORTED)]
-    tr: list[Transition] = []
-
-    # Turn start: the first target not cooling; if all are cooling, wait for the soonest.
-    for j in range(n):
-        tr.append(Transition(START, IDLE, targets[j].name, "first_is", "enter", j))
-    for j in range(n):
-        tr.append(
-            Transition(
-                START,
-                IDLE,
-                state_name(targets[j].name, RATE_LIMITED),
-                "soonest_is",
-                "wait_for_target",
-                j,
-            )
-        )
-    tr.append(Transition(START, IDLE, FAILED, None, "fail"))
-
-    for t in targets:
-        i = t.index
-        here = t.name
-        fallbacks = [
-            Transition("", here, targets[j].name, "next_is", "fall_back", j)
-            for j in range(i + 1, n)
-        ]
-
-        def to_fallbacks(
-            kind: str, src: str = here, fallbacks: list[Transition] = fallbacks
-        ) -> Iterator[Transition]:
-            for f in fallbacks:
-                yield attrs.evolve(f, trigger=kind, source=src)
-
-        # An attempt in flight on t.
-        tr.append(Transition(SUCCESS, here, DONE, None, "finish"))
-        for kind in FAULT_KINDS:
-            rule = policy.rule(kind)
-            k = kind.value
-            if kind is OutcomeKind.TRANSPORT:
-                if rule.retry:
-                    tr.append(
-                        Transition(
-                            k, here, state_name(here, TIMING_OUT), "transport_retry", "back_off"
-                        )
-                    )
-                    if policy.recover_transport:
-                        tr.append(
-                            Transition(
-                                k, here, state_name(here, RECOVERING), "can_recover", "rebuild"
-                            )
-                        )
-            elif kind is OutcomeKind.STREAM_INTERRUPTED:
-                if continuation:
-                    tr.append(
-                        Transition(k, here, state_name(here, CONTINUING), "stream_retry", "attempt")
-                    )
-            if rule.rotate:
-                tr.append(Transition(k, here, here, "can_rotate", "rotate"))
-            # Waits on this target (a Retry-After, a server-error backoff) come after the
-            # fallbacks: never sleep while an eligible fallback is available now, unless the
-            # policy prefers waiting.
-            wait: Transition | None = None
-            if kind is OutcomeKind.RATE_LIMITED and rule.retry:
-                wait = Transition(
-                    k, here, state_name(here, RATE_LIMITED), "can_wait", "wait_rate_limit"
-                )
-            elif kind is OutcomeKind.OVERLOADED and rule.retry:
-                wait = Transition(
-                    k, here, state_name(here, BACKING_OFF), "overload_retry", "back_off"
-                )
-            if wait is not None and policy.prefer_waiting:
-                tr.append(wait)
-            if rule.fall_back:
-                tr.extend(to_fallbacks(k))
-            if wait is not None and not policy.prefer_waiting:
-                tr.append(wait)
-            tr.append(Transition(k, here, FAILED, None, "fail"))
-
-        # A committed stream being continued: it may only finish, continue again or fail;
-        # no rotation, no fallback (output already reached the caller).
-        if continuation:
-            cont = state_name(here, CONTINUING)
-            tr.append(Transition(SUCCESS, cont, DONE, None, "finish"))
-            for kind in FAULT_KINDS:
-                if kind is OutcomeKind.STREAM_INTERRUPTED:
-                    tr.append(Transition(kind.value, cont, cont, "stream_retry", "attempt"))
-                tr.append(Transition(kind.value, cont, FAILED, None, "fail"))
-
-        # Waiting and recovering phases.
-        for phase in WAIT_PHASES:
-            tr.append(Transition(WAITED, state_name(here, phase), here, None, "attempt"))
-        if policy.recover_transport:
-            rec = state_name(here, RECOVERING)
-            tr.append(Transition(REBUILT, rec, here, None, "recovered"))
-            if policy.rule(OutcomeKind.TRANSPORT).fall_back:  # a failed rebuild is transport
-                tr.extend(to_fallbacks(REBUILD_FAILED, rec))
-            tr.append(Transition(REBUILD_FAILED, rec, FAILED, None, "fail"))
-
-    for s in states:
-        if not s.terminal:
-            tr.append(Transition(CANCELLED, s.name, ABORTED, None, "abort"))
-
+    states = _states(policy)
+    tr = list(_turn_start(policy))
+    for i in range(len(policy.targets)):
+        tr += _target(policy, i)
+    tr += [Transition(CANCELLED, s.name, ABORTED, None, ABORT) for s in states if not s.terminal]
     triggers = (START, *[k.value for k in OutcomeKind], WAITED, REBUILT, REBUILD_FAILED)
-    return Declaration(policy, tuple(states), tuple(tr), triggers)
+    observes = {k.value: observations(t) for k, t in TRAITS.items() if t.fault}
+    return Declaration(policy, tuple(states), tuple(tr), triggers, observes)

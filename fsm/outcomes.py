@@ -14,7 +14,7 @@ import attrs
 
 
 class OutcomeKind(enum.StrEnum):
-    """The outcome classes of SPEC section 4; each is a trigger of the machine."""
+    """The outcome classes; each is a trigger of the machine (its meaning: `fsm.traits`)."""
 
     SUCCESS = "success"
     TRANSPORT = "transport"  # timeout, connection reset, DNS, pre-first-byte read errors
@@ -28,12 +28,6 @@ class OutcomeKind(enum.StrEnum):
     BAD_REQUEST = "bad_request"  # any other 4xx, and unclassifiable errors
     STREAM_INTERRUPTED = "stream_interrupted"  # failure after the first chunk was delivered
     CANCELLED = "cancelled"  # asyncio cancellation, KeyboardInterrupt
-
-
-#: Outcome kinds an attempt can end with (everything but success and cancel).
-FAULT_KINDS: tuple[OutcomeKind, ...] = tuple(
-    k for k in OutcomeKind if k not in (OutcomeKind.SUCCESS, OutcomeKind.CANCELLED)
-)
 
 
 #: Retry-After values are clamped to one day: keeps every sum finite.

@@ -21,6 +21,7 @@ import attrs
 
 from .errors import MissingCredential, PolicyError, Problem
 from .outcomes import OutcomeKind
+from .traits import DEFAULT_RULES, FAULT_KINDS, TRAITS, Rule
 
 Rotation = Literal["fill_first", "round_robin"]
 _ROTATIONS = ("fill_first", "round_robin")
@@ -257,38 +258,6 @@ def _check_seconds(ps: _Problems, name: str, v: object, positive: bool = False) 
         ps.add(name, v, f"must be a finite number of seconds {'> 0' if positive else '>= 0'}")
 
 
-@attrs.frozen(slots=True)
-class Rule:
-    """How one outcome class is handled: retry the same target, rotate the
-    credential, fall back to the next eligible target, and whether it puts
-    the target (or credential) into a cross-turn cooldown. With none of the
-    first three the turn fails."""
-
-    retry: bool = False
-    rotate: bool = False
-    fall_back: bool = False
-    cooldown: bool = False
-
-
-# What may be configured per kind; everything else is a safety property.
-_RETRYABLE = {OutcomeKind.TRANSPORT, OutcomeKind.RATE_LIMITED, OutcomeKind.OVERLOADED}
-_ROTATABLE = {OutcomeKind.RATE_LIMITED, OutcomeKind.QUOTA, OutcomeKind.AUTH}
-_NO_FALLBACK = {OutcomeKind.STREAM_INTERRUPTED}
-
-DEFAULT_RULES: Mapping[OutcomeKind, Rule] = {
-    OutcomeKind.TRANSPORT: Rule(retry=True, fall_back=True),
-    OutcomeKind.RATE_LIMITED: Rule(retry=True, rotate=True, fall_back=True, cooldown=True),
-    OutcomeKind.QUOTA: Rule(rotate=True, fall_back=True, cooldown=True),
-    OutcomeKind.OVERLOADED: Rule(retry=True, fall_back=True, cooldown=True),
-    OutcomeKind.AUTH: Rule(rotate=True, fall_back=True, cooldown=True),
-    OutcomeKind.NOT_FOUND: Rule(fall_back=True, cooldown=True),
-    OutcomeKind.CONTEXT_TOO_LONG: Rule(fall_back=True),
-    OutcomeKind.CONTENT_FILTERED: Rule(),
-    OutcomeKind.BAD_REQUEST: Rule(),
-    OutcomeKind.STREAM_INTERRUPTED: Rule(),
-}
-
-
 def _rules_converter(value: Mapping[Any, Any] | None) -> Mapping[OutcomeKind, Rule]:
     merged: dict[OutcomeKind, Rule] = dict(DEFAULT_RULES)
     if value:
@@ -317,6 +286,11 @@ class Policy:
     continue_streams: bool = False
     cooldown: Cooldown = attrs.field(factory=Cooldown)
     rules: Mapping[OutcomeKind, Rule] = attrs.field(factory=dict, converter=_rules_converter)
+    #: What is built once per policy (its declaration, compiled tables): lives and dies
+    #: with the policy, never keyed by id().
+    memo: dict[str, object] = attrs.field(
+        factory=dict, init=False, repr=False, eq=False, hash=False
+    )
 
     def __attrs_post_init__(self) -> None:
         ps = _Problems()
@@ -350,10 +324,6 @@ class Policy:
     # -- derived facts the machine reads -------------------------------------------------
     def rule(self, kind: OutcomeKind) -> Rule:
         return self.rules[kind]
-
-    @property
-    def primary(self) -> Target:
-        return self.targets[0]
 
     @property
     def fallbacks(self) -> tuple[Target, ...]:
@@ -400,65 +370,53 @@ class Policy:
 
 
 def _check_rule(ps: _Problems, kind: object, rule: object, continue_streams: bool) -> None:
-    if not isinstance(kind, OutcomeKind) or kind in (OutcomeKind.SUCCESS, OutcomeKind.CANCELLED):
-        choices = ", ".join(k.value for k in DEFAULT_RULES)
+    if not isinstance(kind, OutcomeKind) or kind not in DEFAULT_RULES:
+        choices = ", ".join(k.value for k in FAULT_KINDS)
         ps.add(f"rules.{kind}", _MISSING, f"unknown outcome class (choose from {choices})")
         return
     if not isinstance(rule, Rule):
         ps.add(f"rules.{kind.value}", rule, "must be a Rule")
         return
     path = f"rules.{kind.value}"
-    for f in ("retry", "rotate", "fall_back", "cooldown"):
+    for f in _RULE_FIELDS:
         if not isinstance(getattr(rule, f), bool):
             ps.add(f"{path}.{f}", getattr(rule, f), "must be true or false")
-    retryable = _RETRYABLE | ({OutcomeKind.STREAM_INTERRUPTED} if continue_streams else set())
-    if rule.retry and kind not in retryable:
+    traits = TRAITS[kind]
+    switch = traits.retry_switch
+    if rule.retry and traits.may_retry and switch is not None and not continue_streams:
+        ps.add(f"{path}.retry", True, f"{kind.value} is retried only with {switch} = true")
+    elif rule.retry and not traits.may_retry:
+        retryable = ", ".join(k.value for k in FAULT_KINDS if TRAITS[k].may_retry)
         ps.add(
             f"{path}.retry",
             True,
-            f"{kind.value} is never retried on the same target "
-            "and credential (only transport, rate_limited and overloaded are retryable)",
+            f"{kind.value} is never retried on the same target and credential "
+            f"(only {retryable} are retryable)",
         )
-    if rule.rotate and kind not in _ROTATABLE:
+    if rule.rotate and not traits.may_rotate:
+        rotatable = ", ".join(k.value for k in FAULT_KINDS if TRAITS[k].may_rotate)
         ps.add(
             f"{path}.rotate",
             True,
-            f"{kind.value} is not the key's fault; only "
-            "rate_limited, quota and auth rotate credentials",
+            f"{kind.value} is not the key's fault; only {rotatable} rotate credentials",
         )
-    if rule.fall_back and kind in _NO_FALLBACK:
+    if rule.fall_back and not traits.may_fall_back:
         ps.add(f"{path}.fall_back", True, "a committed stream is never replayed on another target")
 
 
 # -- dict loading ---------------------------------------------------------------------------
 
-_TARGET_KEYS = {
-    "provider",
-    "model",
-    "base_url",
-    "context_length",
-    "key_env",
-    "key_envs",
-    "api_key",
-    "api_keys",
-    "rotation",
-}
-_POLICY_KEYS = {
-    "primary",
-    "targets",
-    "fallback_providers",
-    "max_attempts",
-    "transport_faults_before_recovery",
-    "recover_transport",
-    "backoff",
-    "retry_after_cap",
-    "deadline",
-    "attempt_timeout",
-    "prefer_waiting",
-    "continue_streams",
-    "cooldown",
-    "rules",
-}
+def _init_fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in attrs.fields(cls) if f.init)
+
+
+# Each field is named once, on its class; the dict shape is derived from them.
+_CREDENTIAL_KEYS = ("key_env", "key_envs", "api_key", "api_keys")
+_TARGET_KEYS = {*_init_fields(Target), *_CREDENTIAL_KEYS} - {"credentials", "index"}
+_NESTED = ("targets", "backoff", "cooldown", "rules")
+_SCALARS = tuple(f for f in _init_fields(Policy) if f not in _NESTED)
+_POLICY_KEYS = {"primary", "fallback_providers", *_init_fields(Policy)}
+_RULE_FIELDS = _init_fields(Rule)
 _SECRET_KEYS = {"api_key", "api_keys"}
 
 
@@ -556,8 +514,8 @@ def _policy_from_dict(data: Mapping[str, Any]) -> Policy:
         ps.add("fallback_providers", fb, "must be a list of tables")
     else:
         targets += [_target_from_dict(t, f"fallback_providers[{i}]", ps) for i, t in enumerate(fb)]
-    backoff = _sub(ps, data, "backoff", Backoff, ("initial", "multiplier", "cap", "jitter"))
-    cooldown = _sub(ps, data, "cooldown", Cooldown, ("initial", "multiplier", "cap"))
+    backoff = _sub(ps, data, "backoff", Backoff, _init_fields(Backoff))
+    cooldown = _sub(ps, data, "cooldown", Cooldown, _init_fields(Cooldown))
     rules: dict[Any, Rule] = {}
     raw_rules = data.get("rules", {})
     if not isinstance(raw_rules, Mapping):
@@ -569,33 +527,16 @@ def _policy_from_dict(data: Mapping[str, Any]) -> Policy:
             except ValueError:
                 k = None
             if k is None or k not in DEFAULT_RULES:
-                choices = ", ".join(x.value for x in DEFAULT_RULES)
+                choices = ", ".join(x.value for x in FAULT_KINDS)
                 ps.add(f"rules.{kind}", _MISSING, f"unknown outcome class (choose from {choices})")
                 continue
             if not isinstance(spec, Mapping):
-                ps.add(f"rules.{kind}", spec, "must be a table of retry/rotate/fall_back/cooldown")
+                ps.add(f"rules.{kind}", spec, f"must be a table of {'/'.join(_RULE_FIELDS)}")
                 continue
-            _unknown(ps, spec, ("retry", "rotate", "fall_back", "cooldown"), f"rules.{kind}.")
+            _unknown(ps, spec, _RULE_FIELDS, f"rules.{kind}.")
             base = DEFAULT_RULES[k]
-            vals = {
-                f: spec.get(f, getattr(base, f))
-                for f in ("retry", "rotate", "fall_back", "cooldown")
-            }
-            rules[k] = Rule(**vals)
-    scalars = {
-        k: data[k]
-        for k in (
-            "max_attempts",
-            "transport_faults_before_recovery",
-            "recover_transport",
-            "retry_after_cap",
-            "deadline",
-            "attempt_timeout",
-            "prefer_waiting",
-            "continue_streams",
-        )
-        if k in data
-    }
+            rules[k] = Rule(**{f: spec.get(f, getattr(base, f)) for f in _RULE_FIELDS})
+    scalars = {k: data[k] for k in _SCALARS if k in data}
     good_targets = [t for t in targets if t is not None]
     if ps.items or len(good_targets) != len(targets):
         # Validate the scalars too so that one error lists everything.

@@ -73,7 +73,7 @@ def test_scenario_1_a_429_after_timeouts_and_recovery_still_reaches_the_fallback
     assert played.path == [
         "idle",
         "primary",
-        "primary_timing_out",
+        "primary_transport_backoff",
         "primary",
         "primary_recovering",
         "primary",

@@ -7,7 +7,8 @@ import logging
 import pytest
 
 from fsm import HealthStore, Policy, TurnFailed, instant_waits, run, to_jsonl
-from fsm.outcomes import FAULT_KINDS, OutcomeKind
+from fsm.outcomes import OutcomeKind
+from fsm.traits import FAULT_KINDS
 from fsm.testing import play
 
 KEY = "sk-live-9f8e7d6c5b4a3f2e1d0c"

@@ -65,7 +65,7 @@ def test_triggers_between_the_same_two_states_collapse_into_one_edge_with_guards
     assert len(loops) == 1
     assert "rate_limited, quota, auth" in loops[0]
     assert "[another credential free (rotations #lt; pool-1)]" in loops[0]
-    edges = re.findall(r"^\s+s_primary --> s_primary_timing_out : (.*)$", text, re.M)
+    edges = re.findall(r"^\s+s_primary --> s_primary_transport_backoff : (.*)$", text, re.M)
     assert edges == ["transport<br/>[streak #lt; 2 and attempts #lt; 3, not recovered]"]
     # one edge per (source, dest) pair, never two
     pairs = re.findall(r"^\s+(\S+) --> (\S+) :", text, re.M)
@@ -112,23 +112,23 @@ def test_a_trace_highlights_the_states_visited_and_numbers_the_edges_taken():
     assert taken.group(1).split(",") == [
         "s_idle",
         "s_primary",
-        "s_primary_timing_out",
+        "s_primary_transport_backoff",
         "s_primary_recovering",
         "s_fallback_1",
         "s_done_1",
     ]
     assert "s_primary --> s_fallback_1 : ⑥ rate_limited<br/>[next eligible = fallback_1]" in mm
-    assert "s_primary_timing_out --> s_primary : ③ waited" in mm
+    assert "s_primary_transport_backoff --> s_primary : ③ waited" in mm
     dot = diagram.to_dot(decl, played.trace)
     taken_edges = re.findall(
         r"^\s+(\S+) -> (\S+) \[label=\"([^\"]*)\", color=\"#e8590c\"", dot, re.M
     )
     assert [(a, b) for a, b, _ in taken_edges] == [
         ("s_idle", "s_primary"),
-        ("s_primary", "s_primary_timing_out"),
+        ("s_primary", "s_primary_transport_backoff"),
         ("s_primary", "s_primary_recovering"),
         ("s_primary", "s_fallback_1"),
-        ("s_primary_timing_out", "s_primary"),
+        ("s_primary_transport_backoff", "s_primary"),
         ("s_primary_recovering", "s_primary"),
         ("s_fallback_1", "s_done_1"),
     ]
@@ -151,7 +151,7 @@ def test_markdown_has_a_mermaid_fence_and_the_step_table():
     md = diagram.to_markdown(declare(pol), played.trace, title="a turn")
     assert md.startswith("# a turn\n")
     assert "```mermaid\nstateDiagram-v2\n" in md
-    assert "| 2 | primary | overloaded | primary_backing_off | " in md
+    assert "| 2 | primary | overloaded | primary_server_backoff | " in md
 
 
 # -- the committed diagrams ---------------------------------------------------------------------
@@ -161,7 +161,7 @@ def test_scenario_1_trace_is_the_spec_path():
     trace = gallery.scenario_1_trace()
     assert [e.dest for e in trace] == [
         "primary",
-        "primary_timing_out",
+        "primary_transport_backoff",
         "primary",
         "primary_recovering",
         "primary",

@@ -163,7 +163,7 @@ def test_every_mermaid_diagram_we_emit_renders_in_chromium():
     assert taken == {
         "s_idle",
         "s_primary",
-        "s_primary_timing_out",
+        "s_primary_transport_backoff",
         "s_primary_recovering",
         "s_fallback_1",
         "s_done_1",

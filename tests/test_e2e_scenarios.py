@@ -66,7 +66,7 @@ def _scenario_1_turn(gate: Fallgate, srv: FaultServer) -> None:
     assert result.value.choices[0].message.content == "answered by glm-4.7"
     assert path(result.trace) == [
         "primary",
-        "primary_timing_out",
+        "primary_transport_backoff",
         "primary",
         "primary_recovering",
         "primary",

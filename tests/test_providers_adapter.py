@@ -146,7 +146,7 @@ def test_transport_recovery_closes_and_recreates_the_client(fault_server: FaultS
         result = gate.run(messages=MSG)
         assert [e.dest for e in result.trace] == [
             "primary",
-            "primary_timing_out",
+            "primary_transport_backoff",
             "primary",
             "primary_recovering",
             "primary",

@@ -25,5 +25,5 @@ def test_the_python_api_example_runs_and_prints_what_its_comments_promise():
     assert out.returncode == 0, out.stderr
     assert "answer from z-ai/glm-4.7 fallback_1 2" in out.stdout
     assert "turn failed:" in out.stdout and "bad_request (HTTP 400)" in out.stdout
-    assert "done ['primary', 'primary_timing_out', 'primary', 'done']" in out.stdout
+    assert "done ['primary', 'primary_transport_backoff', 'primary', 'done']" in out.stdout
     assert '"event": "rate_limited"' in out.stdout

@@ -1,0 +1,455 @@
+"""The meaning of the declaration's edges: guards, effects and observations as objects.
+
+Each object carries its code *and* the words for it, so a diagram label and
+the predicate it names cannot drift: a guard's label is formatted from the
+policy fields its predicate reads (a test records what each predicate reads
+and fails if the label does not name it). Observations are what `observe`
+records before any guard, chosen per outcome kind from its traits.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+from .actions import Action, Fail, Finish
+from .backoff import backoff_delay, cooldown_for
+from .outcomes import CANCELLED as CANCELLED_OUTCOME
+from .outcomes import Outcome, OutcomeKind
+from .policy import Backoff, Policy
+from .traits import ABORTED, FAILED, TRAITS, BenchSpan, Level, Traits
+
+if TYPE_CHECKING:
+    from .state import TurnState
+
+_SECONDS: Final = frozenset({"deadline", "retry_after_cap", "attempt_timeout"})
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+class _Words(dict[str, str]):
+    """Renders `{field}` placeholders from a policy (and `{target}` from the edge)."""
+
+    def __init__(self, policy: Policy, arg: int) -> None:
+        super().__init__()
+        self.policy = policy
+        self.arg = arg
+
+    def __missing__(self, name: str) -> str:
+        if name == "target":
+            return self.policy.targets[self.arg].name if self.arg >= 0 else "?"
+        value = getattr(self.policy, name)
+        if isinstance(value, Backoff):
+            return f"backoff ≤{_num(value.cap)}s"
+        if name in _SECONDS:
+            return f"{_num(value)}s"
+        return _num(value) if isinstance(value, int | float) else str(value)
+
+
+def placeholders(text: str) -> frozenset[str]:
+    """The `{names}` a template uses."""
+    return frozenset(f for _, f, _, _ in string.Formatter().parse(text) if f)
+
+
+@attrs.frozen(slots=True)
+class Guard:
+    """A pure predicate over the turn state; `arg` is the target index an edge is about."""
+
+    name: str
+    check: Callable[[TurnState, int], bool] = attrs.field(repr=False, eq=False)
+    text: str  # `{policy_field}` / `{target}` placeholders: what the predicate reads
+
+    def label(self, policy: Policy, arg: int = -1) -> str:
+        return self.text.format_map(_Words(policy, arg))
+
+    @property
+    def reads(self) -> frozenset[str]:
+        """The policy fields the label names (the predicate may read no others)."""
+        return placeholders(self.text) - {"target"}
+
+
+@attrs.frozen(slots=True)
+class Effect:
+    """What taking an edge does to the turn; returns the next action."""
+
+    name: str
+    run: Callable[[TurnState, int], Action] = attrs.field(repr=False, eq=False)
+    text: str
+
+
+@attrs.frozen(slots=True)
+class Observation:
+    """What an outcome records before any guard reads the state."""
+
+    name: str
+    apply: Callable[[TurnState, Outcome], None] = attrs.field(repr=False, eq=False)
+    text: str
+
+
+# -- observations ---------------------------------------------------------------------------------
+
+
+def _count_fault(s: TurnState, o: Outcome) -> None:
+    s.visit.streak += 1
+
+
+def _reset_streak(s: TurnState, o: Outcome) -> None:
+    s.visit.streak = 0
+
+
+def _bench_key(s: TurnState, o: Outcome) -> None:
+    v = s.visit
+    cred = v.credential
+    if v.index < 0 or cred is None:
+        return
+    policy = s.policy
+    rule = policy.rule(o.kind)
+    ra = o.retry_after
+    if ra is not None:
+        span = ra
+    elif TRAITS[o.kind].bench_span is BenchSpan.BACKOFF:
+        span = s.backoff_ceiling(v.attempts - 1)
+    else:
+        span = policy.cooldown.cap
+    if not rule.retry:  # not retried: rotation never comes back to it in this turn
+        v.spent.add(cred.id)
+    now = s.at
+    until = now + span
+    nb = v.key_not_before
+    nb[cred.id] = max(nb.get(cred.id, 0.0), until)
+    if rule.cooldown:
+        s.health.cool_credential(s.target.key, cred.id, until, now)
+
+
+def _hold_target(s: TurnState, o: Outcome) -> None:
+    if o.retry_after is not None and s.visit.index >= 0:
+        v = s.visit
+        v.not_before = max(v.not_before, s.at + o.retry_after)
+
+
+def _keep_partial(s: TurnState, o: Outcome) -> None:
+    s.partial = o.partial
+
+
+def _raise_context_floor(s: TurnState, o: Outcome) -> None:
+    if s.visit.index < 0:
+        return
+    known = s.target.context_length
+    if known is not None:
+        s.context_floor = max(s.context_floor or 0, known)
+
+
+COUNT_FAULT: Final = Observation("count_fault", _count_fault, "transport streak + 1")
+RESET_STREAK: Final = Observation("reset_streak", _reset_streak, "transport streak = 0")
+BENCH_KEY: Final = Observation(
+    "bench_key",
+    _bench_key,
+    "bench the key for Retry-After (else {span}); spend it unless retried; "
+    "cross-turn cooldown if the rule says so",
+)
+HOLD_TARGET: Final = Observation(
+    "hold_target", _hold_target, "no attempt on this target before its Retry-After"
+)
+KEEP_PARTIAL: Final = Observation("keep_partial", _keep_partial, "keep the partial output")
+RAISE_CONTEXT_FLOOR: Final = Observation(
+    "raise_context_floor",
+    _raise_context_floor,
+    "later targets need a context_length above this one's",
+)
+
+def observations(t: Traits) -> tuple[Observation, ...]:
+    """What `observe` records for an outcome of this kind (from its traits)."""
+    if not t.fault:
+        return ()
+    out = [COUNT_FAULT if t.streak else RESET_STREAK]
+    if t.level is Level.CREDENTIAL:
+        out.append(BENCH_KEY)
+    if t.not_before:
+        out.append(HOLD_TARGET)
+    if t.committed:
+        out.append(KEEP_PARTIAL)
+    if t.narrows_context:
+        out.append(RAISE_CONTEXT_FLOOR)
+    return tuple(out)
+
+
+def observation_text(ob: Observation, t: Traits) -> str:
+    span = t.bench_span.value if t.bench_span is not None else ""
+    return ob.text.format(span=span)
+
+
+# -- guards ---------------------------------------------------------------------------------------
+
+
+def _transport_retry(s: TurnState, arg: int) -> bool:
+    p = s.policy
+    v = s.visit
+    return (
+        not v.recovered
+        and v.streak < p.transport_faults_before_recovery
+        and v.attempts < p.max_attempts
+        and s.fits_deadline(s.backoff_ceiling(v.streak - 1))
+    )
+
+
+def _can_recover(s: TurnState, arg: int) -> bool:
+    return not s.visit.recovered
+
+
+def _server_retry(s: TurnState, arg: int) -> bool:
+    p = s.policy
+    o = s.outcome
+    v = s.visit
+    ra = o.retry_after if o is not None else None
+    if v.attempts >= p.max_attempts or (ra is not None and ra > p.retry_after_cap):
+        return False
+    return s.fits_deadline(max(s.backoff_ceiling(v.attempts - 1), ra or 0.0))
+
+
+def _stream_retry(s: TurnState, arg: int) -> bool:
+    return s.visit.attempts < s.policy.max_attempts
+
+
+def _can_rotate(s: TurnState, arg: int) -> bool:
+    v = s.visit
+    cur = v.credential.id if v.credential is not None else None
+    return v.rotations < len(s.target.pool()) - 1 and s.free_credential(exclude=cur) is not None
+
+
+def _can_wait(s: TurnState, arg: int) -> bool:
+    if s.visit.attempts >= s.policy.max_attempts:
+        return False
+    at, cred = s.earliest_free()
+    if cred is None:
+        return False
+    wait = max(0.0, at - s.at)
+    return wait <= s.policy.retry_after_cap and s.fits_deadline(wait)
+
+
+def _next_is(s: TurnState, arg: int) -> bool:
+    return s.next_eligible() == arg
+
+
+def _first_free(s: TurnState) -> int:
+    """The first target not cooling at turn start (cached per event)."""
+    if s._first == -2:
+        if s.health.quiet():
+            s._first = 0
+        else:
+            now = s.at
+            s._first = next(
+                (j for j in range(len(s.policy.targets)) if s.target_ready_at(j) <= now), -1
+            )
+    return s._first
+
+
+def _first_is(s: TurnState, arg: int) -> bool:
+    return _first_free(s) == arg
+
+
+def _soonest_is(s: TurnState, arg: int) -> bool:
+    if _first_free(s) >= 0:
+        return False
+    best, at = -1, float("inf")
+    for j in range(len(s.policy.targets)):
+        r = s.target_ready_at(j)
+        if r < at:
+            best, at = j, r
+    wait = max(0.0, at - s.at)
+    if wait > s.policy.retry_after_cap or not s.fits_deadline(wait):
+        return False
+    return best == arg
+
+
+TRANSPORT_RETRY: Final = Guard(
+    "transport_retry",
+    _transport_retry,
+    "streak < {transport_faults_before_recovery}, attempts < {max_attempts}, not recovered, "
+    "{backoff} fits the {deadline} deadline",
+)
+CAN_RECOVER: Final = Guard("can_recover", _can_recover, "recovery not yet used")
+SERVER_RETRY: Final = Guard(
+    "server_retry",
+    _server_retry,
+    "attempts < {max_attempts}, Retry-After ≤ {retry_after_cap}, "
+    "{backoff} fits the {deadline} deadline",
+)
+STREAM_RETRY: Final = Guard("stream_retry", _stream_retry, "attempts < {max_attempts}")
+CAN_ROTATE: Final = Guard("can_rotate", _can_rotate, "another key of the pool free")
+CAN_WAIT: Final = Guard(
+    "can_wait",
+    _can_wait,
+    "attempts < {max_attempts}, wait ≤ {retry_after_cap}, fits the {deadline} deadline",
+)
+NEXT_IS: Final = Guard("next_is", _next_is, "next eligible = {target}")
+FIRST_IS: Final = Guard("first_is", _first_is, "first not cooling = {target}")
+SOONEST_IS: Final = Guard(
+    "soonest_is",
+    _soonest_is,
+    "all cooling; soonest free = {target}, wait ≤ {retry_after_cap}, fits the {deadline} deadline",
+)
+
+GUARDS: Final = (
+    TRANSPORT_RETRY,
+    CAN_RECOVER,
+    SERVER_RETRY,
+    STREAM_RETRY,
+    CAN_ROTATE,
+    CAN_WAIT,
+    NEXT_IS,
+    FIRST_IS,
+    SOONEST_IS,
+)
+
+
+# -- effects --------------------------------------------------------------------------------------
+
+
+def leave(s: TurnState) -> None:
+    """Record why the current target is being left; bench it if the rule says so."""
+    v = s.visit
+    if v.index < 0:
+        return
+    o = s.outcome
+    t = s.target
+    s.reasons[t.name] = (v.attempts, o)
+    if o is not None and TRAITS[o.kind].level is Level.TARGET and s.policy.rule(o.kind).cooldown:
+        now = s.at
+        streak = s.health.failed(t.key)
+        span = o.retry_after if o.retry_after is not None else cooldown_for(s.policy.cooldown, streak)
+        s.health.cool_target(t.key, now + span, now)
+    for j, why in s._skips.items():
+        s.reasons.setdefault(s.policy.targets[j].name, why)
+
+
+def _enter(s: TurnState, j: int) -> Action:
+    now = s.at
+    for k in range(j):
+        s.reasons.setdefault(
+            s.policy.targets[k].name,
+            f"skipped at turn start: cooling for {s.target_ready_at(k) - now:.1f}s",
+        )
+    s.go_to(j)
+    return s.attempt()
+
+
+def _fall_back(s: TurnState, j: int) -> Action:
+    s.next_eligible()  # make sure skip reasons are known
+    leave(s)
+    s.go_to(j)
+    return s.attempt()
+
+
+def _back_off(s: TurnState, arg: int) -> Action:
+    """Backoff counts from the start of the failed attempt: a 10 s timeout has already
+    spaced the retries out by 10 s. A Retry-After is still honoured in full."""
+    o = s.outcome
+    v = s.visit
+    now = s.at
+    spent = now - s.attempt_started
+    if o is not None and o.kind is OutcomeKind.TRANSPORT:
+        w = max(0.0, backoff_delay(s.policy.backoff, v.streak - 1, s.random) - spent)
+        return s.wait(w, "transport backoff")
+    w = max(0.0, backoff_delay(s.policy.backoff, v.attempts - 1, s.random) - spent)
+    return s.wait(max(w, v.not_before - now), "server error backoff")
+
+
+def _rebuild(s: TurnState, arg: int) -> Action:
+    return s.rebuild()
+
+
+def _recovered(s: TurnState, arg: int) -> Action:
+    s.visit.recovered = True
+    s.visit.streak = 0
+    return s.attempt()
+
+
+def _attempt(s: TurnState, arg: int) -> Action:
+    return s.attempt()
+
+
+def _rotate(s: TurnState, arg: int) -> Action:
+    v = s.visit
+    cur = v.credential.id if v.credential is not None else None
+    v.rotations += 1
+    return s.attempt(s.free_credential(exclude=cur))
+
+
+def _wait_rate_limit(s: TurnState, arg: int) -> Action:
+    at, cred = s.earliest_free()
+    s.visit.credential = cred
+    return s.wait(max(0.0, at - s.at), "rate limited: honouring Retry-After")
+
+
+def _wait_for_target(s: TurnState, j: int) -> Action:
+    now = s.at
+    for k in range(len(s.policy.targets)):
+        if k != j:
+            s.reasons.setdefault(
+                s.policy.targets[k].name,
+                f"cooling for {s.target_ready_at(k) - now:.1f}s at turn start",
+            )
+    s.go_to(j)
+    return s.wait(max(0.0, s.target_ready_at(j) - s.at), "every target cooling: waiting for it")
+
+
+def _finish(s: TurnState, arg: int) -> Action:
+    o = s.outcome
+    v = s.visit
+    if v.index >= 0 and v.credential is not None:
+        s.health.succeeded(s.target.key, v.credential.id)
+    return Finish(o.value if o is not None else None)
+
+
+def _fail(s: TurnState, arg: int) -> Action:
+    if s.visit.index < 0:
+        s.outcome = None
+        return Fail(s.failure("every target is cooling beyond the Retry-After cap", FAILED))
+    s.next_eligible()
+    leave(s)
+    return Fail(s.failure(f"{s.target.name} ended with {s.describe(s.outcome)}", FAILED))
+
+
+def _abort(s: TurnState, arg: int) -> Action:
+    if s.outcome is None or s.outcome.kind is not OutcomeKind.CANCELLED:
+        s.outcome = CANCELLED_OUTCOME
+    return Fail(s.failure("cancelled", ABORTED))
+
+
+ENTER: Final = Effect("enter", _enter, "call {target}")
+FALL_BACK: Final = Effect("fall_back", _fall_back, "leave; call {target}")
+BACK_OFF: Final = Effect("back_off", _back_off, "wait a jittered backoff")
+REBUILD: Final = Effect("rebuild", _rebuild, "rebuild the client")
+RECOVERED: Final = Effect("recovered", _recovered, "call again (recovery used)")
+ATTEMPT: Final = Effect("attempt", _attempt, "call again")
+ROTATE: Final = Effect("rotate", _rotate, "call with the next key")
+WAIT_RATE_LIMIT: Final = Effect(
+    "wait_rate_limit", _wait_rate_limit, "wait for the soonest free key"
+)
+WAIT_FOR_TARGET: Final = Effect("wait_for_target", _wait_for_target, "wait for {target}")
+FINISH: Final = Effect("finish", _finish, "answer")
+FAIL: Final = Effect("fail", _fail, "fail with every target's reason")
+ABORT: Final = Effect("abort", _abort, "abort")
+
+EFFECTS: Final = (
+    ENTER,
+    FALL_BACK,
+    BACK_OFF,
+    REBUILD,
+    RECOVERED,
+    ATTEMPT,
+    ROTATE,
+    WAIT_RATE_LIMIT,
+    WAIT_FOR_TARGET,
+    FINISH,
+    FAIL,
+    ABORT,
+)
+
+
+__all__ = ["EFFECTS", "GUARDS", "Effect", "Guard", "Observation", "observations"]

@@ -1,0 +1,451 @@
+"""Everything one turn knows, and its identity.
+
+`TurnState` holds all per-turn facts (nothing per-turn lives anywhere else, so
+nothing can leak into the next turn). What belongs to the visit of one target
+(attempts, fault streak, rotations, spent keys, not-before times) is one
+`Visit` value, replaced whole when the turn moves to another target, so no
+counter of the previous target can survive the move.
+
+Both provide `copy()` and a canonical `key()`: the model checker identifies
+configurations by `key()`, so every field that can change what the machine does
+next is either in it or listed in `NOT_KEYED` with the reason it cannot matter.
+A test keeps the two lists complete.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from .actions import Action, Attempt, Rebuild, Wait
+from .backoff import exp_cap
+from .errors import TurnFailed
+from .health import HealthStore
+from .machine import ABORTED, IDLE, Declaration, declare
+from .outcomes import Outcome
+from .policy import Credential, Policy, Target
+from .trace import TraceEvent
+
+if TYPE_CHECKING:
+    from .turn import Hook
+
+UNSET: Final = -2  # a per-event cache that has not been computed yet
+
+
+def relative(until: float, now: float, horizon: float = math.inf) -> float:
+    """Seconds left of a not-before time: 0 when over, inf beyond `horizon`."""
+    if until <= now:
+        return 0.0
+    left = until - now
+    return round(left, 6) if left <= horizon else math.inf
+
+
+class Visit:
+    """The turn's facts about the target it is on (replaced whole on every move)."""
+
+    __slots__ = (
+        "attempts",
+        "credential",
+        "index",
+        "key_not_before",
+        "not_before",
+        "pool_start",
+        "recovered",
+        "rotations",
+        "spent",
+        "streak",
+    )
+
+    #: Fields in `key()`; the rest of `__slots__` is in NOT_KEYED with a reason.
+    KEYED: Final = (
+        "index",
+        "credential",
+        "attempts",
+        "streak",
+        "recovered",
+        "rotations",
+        "pool_start",
+        "spent",
+        "not_before",
+        "key_not_before",
+    )
+    NOT_KEYED: Final[dict[str, str]] = {}
+
+    def __init__(self, index: int, pool_start: int = 0) -> None:
+        self.index = index  # the target's position in the chain
+        self.credential: Credential | None = None  # the key of the last attempt
+        self.attempts = 0  # attempts on this target in this turn
+        self.streak = 0  # consecutive transport faults
+        self.recovered = False  # transport recovery (client rebuild) used
+        self.rotations = 0  # credential rotations on this target
+        self.pool_start = pool_start  # round-robin: the pool slot this visit starts at
+        self.spent: set[str] = set()  # keys never to be retried in this turn
+        self.not_before = 0.0  # a server's Retry-After on the whole target
+        self.key_not_before: dict[str, float] = {}  # per key: Retry-After / bench end
+
+    def copy(self) -> Visit:
+        v = Visit.__new__(Visit)
+        v.index = self.index
+        v.credential = self.credential
+        v.attempts = self.attempts
+        v.streak = self.streak
+        v.recovered = self.recovered
+        v.rotations = self.rotations
+        v.pool_start = self.pool_start
+        v.spent = self.spent.copy()
+        v.not_before = self.not_before
+        v.key_not_before = self.key_not_before.copy()
+        return v
+
+    def key(self, now: float, horizon: float = math.inf) -> tuple[Any, ...]:
+        """Canonical identity; times relative to `now`."""
+        nb = self.key_not_before
+        return (
+            self.index,
+            self.credential.id if self.credential is not None else None,
+            self.attempts,
+            self.streak,
+            self.recovered,
+            self.rotations,
+            self.pool_start,
+            tuple(sorted(self.spent)) if self.spent else (),
+            relative(self.not_before, now, horizon),
+            tuple(sorted((c, relative(v, now, horizon)) for c, v in nb.items() if v > now))
+            if nb
+            else (),
+        )
+
+
+NOWHERE: Final = Visit(-1)  # before the first target is entered (never mutated)
+
+
+class TurnState:
+    """All per-turn facts. Created fresh for every turn."""
+
+    __slots__ = (
+        "_events",
+        "_first",
+        "_next",
+        "_raw",
+        "_skips",
+        "action",
+        "at",
+        "attempt_started",
+        "clock",
+        "context_floor",
+        "decl",
+        "health",
+        "hook",
+        "outcome",
+        "partial",
+        "policy",
+        "random",
+        "reasons",
+        "seq",
+        "started",
+        "state",
+        "total_attempts",
+        "tried",
+        "visit",
+        "waited",
+    )
+
+    #: Fields in `key()` (elapsed time stands for `started`, see `key`).
+    KEYED: Final = (
+        "state",
+        "visit",
+        "tried",
+        "context_floor",
+        "outcome",
+        "partial",
+        "started",
+        "waited",
+        "attempt_started",
+    )
+    #: Fields left out of `key()`, and why they cannot change what happens next.
+    NOT_KEYED: Final = {
+        "policy": "fixed for the whole search",
+        "decl": "fixed for the whole search",
+        "health": "keyed by the health store's own key()",
+        "clock": "time is keyed relative to now",
+        "random": "fixed (worst-case jitter) in the search",
+        "hook": "observes, never steers",
+        "at": "the clock read of the current event, reset before any guard",
+        "_next": "per-event cache, reset before any guard",
+        "_first": "per-event cache, reset before any guard",
+        "_skips": "per-event cache of next_eligible, rebuilt with it",
+        "reasons": "words for the failure report; no guard reads them",
+        "seq": "trace numbering",
+        "_raw": "the trace so far",
+        "_events": "the trace so far",
+        "total_attempts": "reported, never read by a guard",
+        "action": "keyed by the checker as the pending action",
+    }
+
+    def __init__(
+        self,
+        policy: Policy,
+        health: HealthStore,
+        clock: Callable[[], float],
+        random: Callable[[], float],
+        hook: Hook | None,
+        decl: Declaration | None = None,
+    ) -> None:
+        self.policy = policy
+        self.decl: Declaration = decl if decl is not None else declare(policy)
+        self.health = health
+        self.clock = clock
+        self.random = random
+        self.hook = hook
+        self.state = IDLE
+        self.visit = NOWHERE
+        self.total_attempts = 0
+        self.tried: list[int] = []
+        # Why each target did not answer; (attempts, outcome) is formatted at failure time.
+        self.reasons: dict[str, str | tuple[int, Outcome | None]] = {}
+        self._skips: dict[int, str] = {}
+        self.started = self.at = clock()  # `at`: the clock, read once per event
+        self.attempt_started = self.started  # when the last attempt began
+        self.waited = 0.0
+        self.outcome: Outcome | None = None
+        self.partial: str | None = None
+        self.context_floor: int | None = None
+        self._raw: list[tuple[Any, ...]] = []
+        self._events: list[TraceEvent] = []
+        self.seq = 0
+        self._next = UNSET
+        self._first = UNSET
+        self.action: Action | None = None
+
+    # -- identity ------------------------------------------------------------------------------
+    def copy(self, health: HealthStore, clock: Callable[[], float]) -> TurnState:
+        """A copy on its own health store and clock; the trace starts empty."""
+        n = TurnState.__new__(TurnState)
+        n.policy = self.policy
+        n.decl = self.decl
+        n.health = health
+        n.clock = clock
+        n.random = self.random
+        n.hook = self.hook
+        n.state = self.state
+        n.visit = self.visit.copy() if self.visit is not NOWHERE else NOWHERE
+        n.total_attempts = self.total_attempts
+        n.tried = self.tried.copy()
+        n.reasons = self.reasons.copy()
+        n._skips = self._skips.copy()
+        n.started = self.started
+        n.at = self.at
+        n.attempt_started = self.attempt_started
+        n.waited = self.waited
+        n.outcome = self.outcome
+        n.partial = self.partial
+        n.context_floor = self.context_floor
+        n._raw = []
+        n._events = []
+        n.seq = self.seq
+        n._next = self._next
+        n._first = self._first
+        n.action = self.action
+        return n
+
+    def key(self, now: float, horizon: float = math.inf, timed: bool = True) -> tuple[Any, ...]:
+        """Canonical identity of what can steer the rest of the turn, relative to `now`.
+
+        `timed=False` drops elapsed and waited time (the checker does so once the
+        deadline can no longer bind). The last outcome is left out while an attempt is
+        pending: the attempt's outcome replaces it before anything reads it; the start
+        of the last attempt is keyed only then (backoff counts from it at the outcome).
+        """
+        o = self.outcome
+        pending = type(self.action) is Attempt
+        keep_outcome = o is not None and not pending
+        return (
+            self.state,
+            self.visit.key(now, horizon),
+            tuple(self.tried),
+            self.context_floor,
+            (o.kind, o.retry_after) if keep_outcome else None,  # type: ignore[union-attr]
+            self.partial,
+            (round(now - self.started, 6), round(self.waited, 6)) if timed else None,
+            round(now - self.attempt_started, 6) if pending else None,
+        )
+
+    # -- reading -------------------------------------------------------------------------------
+    @property
+    def target(self) -> Target:
+        return self.policy.targets[self.visit.index]
+
+    @property
+    def trace(self) -> list[TraceEvent]:
+        """One `TraceEvent` per transition so far (built on first look)."""
+        from .turn import trace_event
+
+        events = self._events
+        for raw in self._raw[len(events) :]:
+            events.append(trace_event(self, raw))
+        return events
+
+    def elapsed(self) -> float:
+        return self.at - self.started
+
+    def fits_deadline(self, wait: float) -> bool:
+        return self.elapsed() + wait <= self.policy.deadline
+
+    def key_free_at(self, c: Credential) -> float:
+        """When credential `c` of the current target may next be used."""
+        v = self.visit
+        return max(
+            self.health.credential_until(self.target.key, c.id), v.key_not_before.get(c.id, 0.0)
+        )
+
+    def free_credential(self, exclude: str | None = None) -> Credential | None:
+        """First usable credential of the current target, in pool order."""
+        v = self.visit
+        pool = self.target.pool()
+        now = self.at
+        size = len(pool)
+        for k in range(size):
+            c = pool[(v.pool_start + k) % size]
+            if c.id == exclude or c.id in v.spent:
+                continue
+            if self.key_free_at(c) <= now:
+                return c
+        return None
+
+    def earliest_free(self) -> tuple[float, Credential | None]:
+        """When the current target can next be called, and with which credential."""
+        v = self.visit
+        best: tuple[float, Credential | None] = (math.inf, None)
+        t = self.target
+        floor = max(v.not_before, self.health.target_until(t.key))
+        pool = t.pool()
+        size = len(pool)
+        for k in range(size):
+            c = pool[(v.pool_start + k) % size]
+            if c.id in v.spent:
+                continue
+            at = max(floor, self.key_free_at(c))
+            if at < best[0]:
+                best = (at, c)
+        return best
+
+    def target_ready_at(self, j: int) -> float:
+        """When target `j` (any key of it) is next free in the health store."""
+        t = self.policy.targets[j]
+        creds = min(self.health.credential_until(t.key, c.id) for c in t.pool())
+        return max(self.health.target_until(t.key), creds)
+
+    def ineligible(self, j: int, now: float) -> str | None:
+        """Why target j cannot be entered now (None if it can)."""
+        t = self.policy.targets[j]
+        for k in self.tried:
+            if k != j and self.policy.targets[k].same_as(t):
+                return f"skipped: identical to {self.policy.targets[k].name}"
+        floor = self.context_floor
+        if floor is not None:
+            if t.context_length is None:
+                return f"skipped: context_length unknown (needs > {floor})"
+            if t.context_length <= floor:
+                return f"skipped: context_length {t.context_length} <= {floor}"
+        ready = self.target_ready_at(j)
+        if ready > now:
+            return f"skipped: cooling for {ready - now:.1f}s"
+        return None
+
+    def next_eligible(self) -> int:
+        """The fallback to take now (-1 if none); cached per event."""
+        if self._next != UNSET:
+            return self._next
+        now = self.at
+        self._skips = {}
+        found = -1
+        for j in range(self.visit.index + 1, len(self.policy.targets)):
+            why = self.ineligible(j, now)
+            if why is None:
+                found = j
+                break
+            self._skips[j] = why
+        self._next = found
+        return found
+
+    def backoff_ceiling(self, n: int) -> float:
+        b = self.policy.backoff
+        return exp_cap(b.initial, b.multiplier, b.cap, max(0, n))
+
+    def describe(self, o: Outcome | None) -> str:
+        if o is None:
+            return "no outcome"
+        text = o.kind.value
+        if o.status is not None:
+            text += f" (HTTP {o.status})"
+        if o.retry_after is not None:
+            text += f", Retry-After {o.retry_after:g}s"
+        if o.detail and o.detail != f"HTTP {o.status}":
+            d = o.detail if len(o.detail) <= 120 else o.detail[:117] + "..."
+            text += f": {d}"
+        return text
+
+    # -- moving ----------------------------------------------------------------------------------
+    def go_to(self, j: int) -> None:
+        """Start a fresh visit of target j."""
+        t = self.policy.targets[j]
+        start = (
+            self.health.next_round_robin(t.key, len(t.pool())) if t.rotation == "round_robin" else 0
+        )
+        self.visit = Visit(j, start)
+
+    def attempt(self, cred: Credential | None = None) -> Attempt:
+        """The next attempt on the current target (hot path: kept flat)."""
+        v = self.visit
+        if cred is None:
+            cur = v.credential
+            if cur is not None and cur.id not in v.spent and self.key_free_at(cur) <= self.at:
+                cred = cur
+            else:
+                cred = self.free_credential() or self.earliest_free()[1] or self.target.pool()[0]
+        v.credential = cred
+        ti = v.index
+        if ti not in self.tried:
+            self.tried.append(ti)
+        v.attempts += 1
+        self.total_attempts = n = self.total_attempts + 1
+        self.attempt_started = now = self.at
+        p = self.policy
+        left = p.deadline - (now - self.started)
+        timeout = p.attempt_timeout if p.attempt_timeout <= left else max(0.001, left)
+        return Attempt(p.targets[ti], cred, timeout, n)
+
+    def rebuild(self) -> Rebuild:
+        return Rebuild(self.target)
+
+    def wait(self, seconds: float, reason: str) -> Wait:
+        self.waited += seconds
+        return Wait(seconds, reason)
+
+    def failure(self, summary: str, state: str) -> TurnFailed:
+        here = self.visit.index
+        for t in self.policy.targets:
+            if t.name in self.reasons:
+                continue
+            if t.index in self.tried:
+                self.reasons[t.name] = "attempted"
+            elif t.index < max(here, 0):
+                self.reasons[t.name] = "skipped at turn start: cooling"
+            elif state == ABORTED:
+                self.reasons[t.name] = "not tried: turn aborted"
+            else:
+                kind = self.outcome.kind.value if self.outcome else "turn start"
+                self.reasons[t.name] = f"not tried: {kind} does not fall back (policy)"
+        reasons = {
+            name: why if isinstance(why, str)
+            else f"attempted {why[0]}x, last: {self.describe(why[1])}"
+            for name, why in self.reasons.items()
+        }  # fmt: skip
+        return TurnFailed(
+            summary,
+            state=state,
+            reasons=reasons,
+            last_outcome=self.outcome,
+            partial=self.partial,
+        )
