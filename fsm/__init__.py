@@ -15,7 +15,8 @@ from .errors import MissingCredential, PolicyError, TurnFailed
 from .health import HealthStore
 from .machine import Declaration, State, Transition, declare
 from .outcomes import Outcome, OutcomeKind
-from .policy import Backoff, Cooldown, Credential, Policy, Rule, Secret, Target
+from .policy import Backoff, Cooldown, Credential, Policy, Secret, Target
+from .traits import Rule
 from .trace import TraceEvent, from_jsonl, to_jsonl
 from .turn import ProtocolError, TransitionsTurn, Turn
 

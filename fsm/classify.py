@@ -33,7 +33,7 @@ def _body_text(body: Any) -> str:
         return str(body)[:8192]
 
 
-def body_kind(status: int | None, body: str) -> OutcomeKind | None:
+def body_kind(body: str) -> OutcomeKind | None:
     """What an error body says, regardless of status (None if nothing specific)."""
     low = body.lower()
     if "insufficient_quota" in low or ("billing" in low and "quota" in low):
@@ -74,7 +74,7 @@ def classify_status(
     """Map an HTTP error response to an outcome (SPEC section 4 table)."""
     text = _body_text(body)
     ra = parse_retry_after(headers, text, now if now is not None else time.time())
-    hint = body_kind(status, text)
+    hint = body_kind(text)
     detail = _short(text) or f"HTTP {status}"
     kind: OutcomeKind
     if 200 <= status < 300:

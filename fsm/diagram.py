@@ -27,6 +27,7 @@ from typing import Final
 
 import attrs
 
+from .guards import RESET_STREAK, SOONEST_IS, observation_text
 from .machine import (
     ABORTED,
     CANCELLED,
@@ -37,10 +38,9 @@ from .machine import (
     Declaration,
     Transition,
 )
-from .guards import RESET_STREAK, SOONEST_IS, observation_text
 from .policy import Policy
-from .traits import FAULT_KINDS, TRAITS, Phase
 from .trace import TraceEvent
+from .traits import FAULT_KINDS, TRAITS, Phase
 
 __all__ = ["DiagramError", "Step", "path_steps", "to_dot", "to_markdown", "to_mermaid"]
 

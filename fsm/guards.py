@@ -280,7 +280,7 @@ SERVER_RETRY: Final = Guard(
     "{backoff} fits the {deadline} deadline",
 )
 STREAM_RETRY: Final = Guard("stream_retry", _stream_retry, "attempts < {max_attempts}")
-CAN_ROTATE: Final = Guard("can_rotate", _can_rotate, "another key of the pool free")
+CAN_ROTATE: Final = Guard("can_rotate", _can_rotate, "another key free, rotations < keys-1")
 CAN_WAIT: Final = Guard(
     "can_wait",
     _can_wait,

@@ -10,8 +10,10 @@ turns that were already in flight when the cooldown began).
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
+from typing import Any
 
 TargetKey = Hashable
 CredKey = tuple[Hashable, str]
@@ -39,9 +41,6 @@ class HealthStore:
 
     def credential_until(self, target: TargetKey, cred: str) -> float:
         return self._cred_until.get((target, cred), 0.0)
-
-    def streak(self, target: TargetKey) -> int:
-        return self._streak.get(target, 0)
 
     # -- writes ---------------------------------------------------------------------------
     def cool_target(self, target: TargetKey, until: float, now: float) -> float:
@@ -86,6 +85,47 @@ class HealthStore:
             self._rr[target] = n
             return n % size
 
+    # -- identity (the model checker's) -----------------------------------------------------------
+    def copy(self) -> HealthStore:
+        """An independent copy (same class: a deliberately broken subclass stays broken)."""
+        new = object.__new__(type(self))
+        for klass in type(self).__mro__:
+            for name in getattr(klass, "__slots__", ()):
+                if name == "_lock":
+                    object.__setattr__(new, name, threading.Lock())
+                elif hasattr(self, name):
+                    value = getattr(self, name)
+                    object.__setattr__(
+                        new, name, value.copy() if isinstance(value, dict) else value
+                    )
+        return new
+
+    def key(
+        self,
+        now: float,
+        targets: Iterable[TargetKey],
+        credentials: Iterable[CredKey],
+        horizon: float = math.inf,
+        saturation: int = 1 << 30,
+        sizes: dict[TargetKey, int] | None = None,
+    ) -> tuple[Any, ...]:
+        """Canonical identity of the facts about `targets` and `credentials` that can steer a
+        turn: cooldowns as seconds left (inf beyond `horizon`), failure streaks (equal once
+        at `saturation`, where the cooldown stops growing), round-robin positions."""
+        targets = tuple(targets)
+        out: list[Any] = []
+        for k in targets:
+            until = self._target_until.get(k, 0.0)
+            out.append(relative(until, now, horizon))
+        for ck in credentials:
+            until = self._cred_until.get(ck, 0.0)
+            out.append(relative(until, now, horizon))
+        for k in targets:
+            out.append(min(self._streak.get(k, 0), saturation))
+            n = self._rr.get(k)
+            out.append(None if n is None else n % (sizes or {}).get(k, 1 << 30))
+        return tuple(out)
+
     def clear(self) -> None:
         with self._lock:
             self._target_until.clear()
@@ -101,3 +141,11 @@ class HealthStore:
                 "credentials": dict(self._cred_until),
                 "streaks": dict(self._streak),
             }
+
+
+def relative(until: float, now: float, horizon: float = math.inf) -> float:
+    """Seconds left of a not-before time: 0 when over, inf beyond `horizon`."""
+    if until <= now:
+        return 0.0
+    left = until - now
+    return round(left, 6) if left <= horizon else math.inf

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from .actions import Action, Attempt, Rebuild, Wait
 from .backoff import exp_cap
 from .errors import TurnFailed
-from .health import HealthStore
+from .health import HealthStore, relative
 from .machine import ABORTED, IDLE, Declaration, declare
 from .outcomes import Outcome
 from .policy import Credential, Policy, Target
@@ -31,14 +31,6 @@ if TYPE_CHECKING:
     from .turn import Hook
 
 UNSET: Final = -2  # a per-event cache that has not been computed yet
-
-
-def relative(until: float, now: float, horizon: float = math.inf) -> float:
-    """Seconds left of a not-before time: 0 when over, inf beyond `horizon`."""
-    if until <= now:
-        return 0.0
-    left = until - now
-    return round(left, 6) if left <= horizon else math.inf
 
 
 class Visit:

@@ -279,7 +279,7 @@ def _error_event(e: openai.APIError, now: float) -> Outcome:
     """An `error` object without an HTTP status (typically an SSE error event)."""
     body = e.body if e.body is not None else e.message
     text = json.dumps(body) if isinstance(body, Mapping | list) else str(body)
-    hint = body_kind(None, text)
+    hint = body_kind(text)
     code = body.get("code") if isinstance(body, Mapping) else None
     status = code if isinstance(code, int) and 100 <= code <= 599 else None
     if status is not None:

@@ -171,7 +171,7 @@ def test_every_target_cooling_waits_for_the_soonest_when_within_the_cap():
     play(p, ["rate_limited:3", "rate_limited:3", "rate_limited:3"], health=health, clock=clock)
     clock.advance(1)
     nxt = play(p, ["success"], health=health, clock=clock)
-    assert nxt.path[:3] == ["idle", "primary_rate_limited", "primary"]
+    assert nxt.path[:3] == ["idle", "primary_cooling", "primary"]
     assert nxt.waits and nxt.waits[0] <= 3
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from fsm import HealthStore, Policy, TurnFailed, instant_waits, run, to_jsonl
 from fsm.outcomes import OutcomeKind
-from fsm.traits import FAULT_KINDS
 from fsm.testing import play
+from fsm.traits import FAULT_KINDS
 
 KEY = "sk-live-9f8e7d6c5b4a3f2e1d0c"
 ENV_KEY = "sk-live-ENVSECRET-0123456789"

@@ -14,6 +14,7 @@ import pytest
 from fsm import Policy, TraceEvent, declare, diagram, from_jsonl
 from fsm.defaults import default_policy
 from fsm.testing import play
+from fsm.traits import Phase
 from providers import gallery
 
 
@@ -36,7 +37,11 @@ def test_every_state_of_the_users_chain_is_drawn_grouped_under_its_provider_and_
     decl = declare(policy("m.one", "m-two", "end"))
     text = diagram.to_mermaid(decl)
     for s in decl.states:
-        assert f'"{s.name}"' in text
+        if s.phase is Phase.COOLING:  # turn-start waits are summarised in the legend
+            assert f'"{s.name}"' not in text
+        else:
+            assert f'"{s.name}"' in text
+    assert "wait in the soonest one's _cooling state" in text
     assert 'state "primary: prov-0 · m.one" as g_0 {' in text
     assert 'state "fallback_2: prov-2 · end" as g_2 {' in text
     dot = diagram.to_dot(decl)
@@ -64,9 +69,12 @@ def test_triggers_between_the_same_two_states_collapse_into_one_edge_with_guards
     loops = re.findall(r"^\s+s_primary --> s_primary : (.*)$", text, re.M)
     assert len(loops) == 1
     assert "rate_limited, quota, auth" in loops[0]
-    assert "[another credential free (rotations #lt; pool-1)]" in loops[0]
+    assert "[another key free, rotations #lt; keys-1]" in loops[0]
     edges = re.findall(r"^\s+s_primary --> s_primary_transport_backoff : (.*)$", text, re.M)
-    assert edges == ["transport<br/>[streak #lt; 2 and attempts #lt; 3, not recovered]"]
+    assert edges == [
+        "transport<br/>[streak #lt; 2, attempts #lt; 3, not recovered, "
+        "backoff ≤8s fits the 120s deadline]"
+    ]
     # one edge per (source, dest) pair, never two
     pairs = re.findall(r"^\s+(\S+) --> (\S+) :", text, re.M)
     assert len(pairs) == len(set(pairs))
