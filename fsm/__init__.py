@@ -16,8 +16,8 @@ from .health import HealthStore
 from .machine import Declaration, State, Transition, declare
 from .outcomes import Outcome, OutcomeKind
 from .policy import Backoff, Cooldown, Credential, Policy, Secret, Target
-from .traits import Rule
 from .trace import TraceEvent, from_jsonl, to_jsonl
+from .traits import Rule
 from .turn import ProtocolError, TransitionsTurn, Turn
 
 __all__ = [

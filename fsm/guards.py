@@ -162,6 +162,7 @@ RAISE_CONTEXT_FLOOR: Final = Observation(
     "later targets need a context_length above this one's",
 )
 
+
 def observations(t: Traits) -> tuple[Observation, ...]:
     """What `observe` records for an outcome of this kind (from its traits)."""
     if not t.fault:
@@ -321,7 +322,9 @@ def leave(s: TurnState) -> None:
     if o is not None and TRAITS[o.kind].level is Level.TARGET and s.policy.rule(o.kind).cooldown:
         now = s.at
         streak = s.health.failed(t.key)
-        span = o.retry_after if o.retry_after is not None else cooldown_for(s.policy.cooldown, streak)
+        span = (
+            o.retry_after if o.retry_after is not None else cooldown_for(s.policy.cooldown, streak)
+        )
         s.health.cool_target(t.key, now + span, now)
     for j, why in s._skips.items():
         s.reasons.setdefault(s.policy.targets[j].name, why)

@@ -406,6 +406,7 @@ def _check_rule(ps: _Problems, kind: object, rule: object, continue_streams: boo
 
 # -- dict loading ---------------------------------------------------------------------------
 
+
 def _init_fields(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in attrs.fields(cls) if f.init)
 
