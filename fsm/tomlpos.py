@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 __all__ = ["split_path", "toml_line"]
 
-Path = tuple[str | int, ...]
+KeyPath = tuple[str | int, ...]
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _BLANK = " \t"
@@ -49,7 +49,7 @@ def toml_line(text: str, path: Sequence[str | int]) -> int | None:
 _PART = re.compile(r"\[(\d+)\]|([^.\[\]]+)")
 
 
-def split_path(dotted: str) -> Path:
+def split_path(dotted: str) -> KeyPath:
     """``"fallback_providers[1].context_length"`` -> ``("fallback_providers", 1,
     "context_length")``. Keys that themselves hold dots or brackets cannot be
     written this way: build the sequence directly."""
@@ -66,11 +66,11 @@ class _Scanner:
     def __init__(self, text: str) -> None:
         self.text = text
         self.i = 0
-        self.found: dict[Path, int] = {}
-        self.arrays: dict[Path, int] = {}  # array-of-tables path -> index of its last table
+        self.found: dict[KeyPath, int] = {}
+        self.arrays: dict[KeyPath, int] = {}  # array-of-tables path -> index of its last table
         self._newlines = [m.start() for m in re.finditer("\n", text)]
 
-    def lines(self) -> dict[Path, int]:
+    def lines(self) -> dict[KeyPath, int]:
         try:
             self._document()
         except (_Stop, IndexError, ValueError, tomllib.TOMLDecodeError):
@@ -82,7 +82,7 @@ class _Scanner:
     def _line(self, at: int) -> int:
         return bisect.bisect_left(self._newlines, at) + 1
 
-    def _record(self, path: Path, at: int) -> None:
+    def _record(self, path: KeyPath, at: int) -> None:
         for n in range(1, len(path) + 1):
             self.found.setdefault(path[:n], self._line(at))
 
@@ -116,7 +116,7 @@ class _Scanner:
     # -- grammar
 
     def _document(self) -> None:
-        table: Path = ()
+        table: KeyPath = ()
         while True:
             self._space()
             if self.i >= len(self.text):
@@ -130,7 +130,7 @@ class _Scanner:
             if self._peek() not in ("\n", "\r", ""):
                 raise _Stop
 
-    def _header(self) -> Path:
+    def _header(self) -> KeyPath:
         at = self.i
         many = self._peek(2) == "[["
         self.i += 2 if many else 1
@@ -138,7 +138,7 @@ class _Scanner:
         keys = self._key()
         self._blank()
         self._expect("]]" if many else "]")
-        path: Path = ()
+        path: KeyPath = ()
         for n, k in enumerate(keys):
             path = (*path, k)
             last = n == len(keys) - 1
@@ -151,7 +151,7 @@ class _Scanner:
         self._record(path, at)
         return path
 
-    def _keyval(self, table: Path) -> None:
+    def _keyval(self, table: KeyPath) -> None:
         at = self.i
         path = (*table, *self._key())
         self._record(path, at)
@@ -186,7 +186,7 @@ class _Scanner:
         self.i = m.end()
         return m.group()
 
-    def _value(self, path: Path) -> None:
+    def _value(self, path: KeyPath) -> None:
         c = self._peek()
         if c in ('"', "'"):
             self._string()
@@ -201,7 +201,7 @@ class _Scanner:
             if self.i == start:
                 raise _Stop
 
-    def _array(self, path: Path) -> None:
+    def _array(self, path: KeyPath) -> None:
         self.i += 1
         index = 0
         while True:
@@ -219,7 +219,7 @@ class _Scanner:
             elif self._peek() != "]":
                 raise _Stop
 
-    def _inline_table(self, path: Path) -> None:
+    def _inline_table(self, path: KeyPath) -> None:
         self.i += 1
         while True:
             self._space()
