@@ -21,6 +21,7 @@ import attrs
 
 from .errors import MissingCredential, PolicyError, Problem
 from .outcomes import OutcomeKind
+from .tomlpos import split_path, toml_line
 from .traits import DEFAULT_RULES, FAULT_KINDS, TRAITS, Rule
 
 Rotation = Literal["fill_first", "round_robin"]
@@ -365,7 +366,9 @@ class Policy:
         try:
             return _policy_from_dict(data)
         except PolicyError as e:
-            located = [attrs.evolve(pr, line=_locate(text, pr.path)) for pr in e.problems]
+            located = [
+                attrs.evolve(pr, line=toml_line(text, split_path(pr.path))) for pr in e.problems
+            ]
             raise PolicyError(located, str(p)) from None
 
 
@@ -560,45 +563,3 @@ def _policy_from_dict(data: Mapping[str, Any]) -> Policy:
         ps.items += list(e.problems)
         ps.raise_if_any()
         raise  # pragma: no cover
-
-
-def _locate(text: str, path: str) -> int | None:
-    """Best-effort line number of a policy path in TOML text (1-based)."""
-    m = re.match(r"^([A-Za-z_]+)(?:\[(\d+)\])?(?:\.(.+))?$", path)
-    if not m:
-        return None
-    head, idx, rest = m.group(1), m.group(2), m.group(3)
-    lines = text.splitlines()
-    if rest is None and idx is None:
-        key = head
-        for n, line in enumerate(lines, 1):
-            if re.match(r"^\s*\[", line):
-                break
-            if re.match(rf"^\s*{re.escape(key)}\s*=", line):
-                return n
-        for n, line in enumerate(lines, 1):
-            if re.match(rf"^\s*\[+\s*{re.escape(key)}\s*\]+", line):
-                return n
-        return None
-    # find the table header: [head] or the idx-th [[head]]
-    count = -1
-    start = None
-    for n, line in enumerate(lines, 1):
-        hm = re.match(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-]+)\s*\]\]?", line)
-        if hm and hm.group(2) == head:
-            count += 1
-            if idx is None or count == int(idx):
-                start = n
-                break
-    if start is None:
-        return None
-    if rest is None:
-        return start
-    key = rest.split(".")[-1]
-    for n in range(start, len(lines)):
-        line = lines[n]
-        if re.match(r"^\s*\[", line):
-            break
-        if re.match(rf"^\s*{re.escape(key)}\s*=", line):
-            return n + 1
-    return start

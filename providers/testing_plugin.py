@@ -1,5 +1,7 @@
 """pytest plugin (entry point ``pytest11: fallgate``): the `fault_server` fixture.
 
+Installed with fallgate; nothing to import or register:
+
 def test_falls_back(fault_server):
     fault_server.script({"models": {"a": [{"kind": "status", "status": 503}]}})
     client = openai.OpenAI(base_url=fault_server.base_url, api_key="sk-test")

@@ -1,0 +1,74 @@
+"""A fault-injecting, OpenAI-compatible HTTP server for tests, demos and benchmarks.
+
+Real HTTP on loopback (stdlib ``ThreadingHTTPServer``, HTTP/1.1 keep-alive,
+chunked SSE streams), scripted per model: each request for a model takes that
+model's next step; when the steps are used up the ``default`` step repeats.
+The real ``openai`` SDK talks to it exactly as it talks to a provider, so the
+faults it sees (statuses, hangs, drops, cut streams) are the real ones.
+
+    with FaultServer({"models": {"glm-5.1": [{"kind": "status", "status": 429}]}}) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="sk-test", max_retries=0)
+
+Modules: `.script` (the script format, its step kinds, parsing and
+validation), `.server` (`FaultServer`, `RequestRecord`), `.handler` (the HTTP
+request handler that plays each step), `.replies` (the OpenAI-shaped bodies).
+
+The server binds loopback only: it keeps the bearer tokens it receives (in
+memory, for credential-rotation tests), and never prints or logs them.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+from .script import Script, ScriptError, Step, load_script, parse_script
+from .server import FaultServer, RequestRecord
+from .server import _HTTPServer as _HTTPServer  # bench/throughput.py raises its backlog
+
+__all__ = [
+    "FaultServer",
+    "RequestRecord",
+    "Script",
+    "ScriptError",
+    "Step",
+    "load_script",
+    "parse_script",
+    "serve_main",
+]
+
+
+def serve_main(script_path: str | None, host: str = "127.0.0.1", port: int = 0) -> int:
+    """`fallgate serve`: run until Ctrl-C (or SIGTERM). 0 on a clean stop, 2 on a
+    bad script or address (one line on stderr, no traceback)."""
+    try:
+        script = load_script(script_path) if script_path else Script()
+        server = FaultServer(script, host=host, port=port)
+        server.start()
+    except ScriptError as e:
+        print(f"fallgate serve: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as e:
+        print(f"fallgate serve: cannot listen on {host}:{port}: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        print(f"fault server listening on {server.base_url}", flush=True)
+        source = script_path or "(no script)"
+        print(f"script {source}: {script.summary()}", flush=True)
+        try:
+            while not stop.wait(0.2):
+                pass
+        except KeyboardInterrupt:
+            pass
+    finally:
+        server.stop()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    counts = ", ".join(f"{m} x{n}" for m, n in server.counts.items()) or "none"
+    print(f"stopped; requests: {counts}", flush=True)
+    return 0

@@ -1,0 +1,85 @@
+"""`providers.testing` (the public test aids) and the pytest plugin that ships with fallgate."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import openai
+import pytest
+
+import fsm.testing
+import providers.fault_server
+import providers.testing
+from fsm import Policy
+from providers.testing import FakeClock, FaultServer, Played, load_script, play
+
+AIDS = {
+    "FaultServer": providers.fault_server,
+    "Script": providers.fault_server,
+    "ScriptError": providers.fault_server,
+    "load_script": providers.fault_server,
+    "FakeClock": fsm.testing,
+    "Played": fsm.testing,
+    "ScriptExhausted": fsm.testing,
+    "play": fsm.testing,
+}
+
+
+@pytest.mark.parametrize("name", sorted(AIDS))
+def test_each_aid_is_the_original_not_a_copy(name: str) -> None:
+    assert getattr(providers.testing, name) is getattr(AIDS[name], name)
+
+
+def test_the_testing_module_exports_exactly_the_aids() -> None:
+    assert sorted(providers.testing.__all__) == sorted(AIDS)
+
+
+def test_the_installed_pytest_plugin_is_the_testing_plugin() -> None:
+    [plugin] = [e for e in entry_points(group="pytest11") if e.name == "fallgate"]
+    assert plugin.value == "providers.testing_plugin"
+    assert callable(plugin.load().fault_server)
+
+
+def test_the_fixture_gives_a_started_server(fault_server: FaultServer) -> None:
+    assert isinstance(fault_server, FaultServer)
+    with openai.OpenAI(base_url=fault_server.base_url, api_key="sk-t", max_retries=0) as c:
+        reply = c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert reply.choices[0].message.content == "ok"
+    assert fault_server.count("m") == 1
+
+
+def test_the_aids_play_a_script_file_and_an_outcome_sequence(tmp_path: Path) -> None:
+    path = tmp_path / "faults.toml"
+    path.write_text('[[models.a]]\nkind = "status"\nstatus = 503\n')
+    with FaultServer(load_script(path)) as srv:
+        with openai.OpenAI(base_url=srv.base_url, api_key="sk-t", max_retries=0) as c:
+            with pytest.raises(openai.InternalServerError):
+                c.chat.completions.create(model="a", messages=[])
+    policy = Policy.from_dict(
+        {
+            "primary": {"provider": "p", "model": "a", "api_key": "sk-a"},
+            "fallback_providers": [{"provider": "p", "model": "b", "api_key": "sk-b"}],
+        }
+    )
+    played = play(policy, ["rate_limited:30", "success"], clock=FakeClock())
+    assert isinstance(played, Played)
+    assert played.models == ["a", "b"]
+    assert played.state == "done"
+
+
+def test_the_plugin_and_a_valid_script_load_neither_openai_nor_the_core(tmp_path: Path) -> None:
+    """The plugin loads in every pytest session of a project that installs fallgate."""
+    path = tmp_path / "ok.toml"
+    path.write_text('[default]\nkind = "answer"\n')
+    code = (
+        "import sys; import providers.testing_plugin as p; "
+        "import providers.fault_server as f; f.load_script(sys.argv[1]); "
+        "print(sorted(m for m in ('openai', 'fsm') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
