@@ -7,8 +7,8 @@
     chain("a", "b", server=fault_server)               # both served by the fault server
 
 Entry `i` gets provider ``p{i}`` (override with ``provider=``, which may use ``{i}``) and,
-unless its dict names credentials, ``keys`` made-up API keys (`key(i, k)`, all starting
-with `KEY_PREFIX`, so a test can assert that no key leaked). Every other keyword is a
+unless its dict names credentials, ``keys`` made-up API keys (`key(i, k)`, all between
+`KEY_PREFIX` and `KEY_TAIL`, so a test can assert that no key leaked). Every other keyword is a
 policy field (``max_attempts=2``, ``rules={...}``). The result goes through
 `Policy.from_dict`, so it is validated exactly like a user's policy.
 """
@@ -20,8 +20,10 @@ from typing import Any
 
 from fsm import Policy
 
-#: Every made-up key starts with this: `KEY_PREFIX not in text` means no key leaked.
+#: Every made-up key starts with KEY_PREFIX and ends with KEY_TAIL: a text holding
+#: neither shows no key, not even a partly masked one ("sk-...0f1e2d3c4b5a").
 KEY_PREFIX = "sk-fallgate-test"
+KEY_TAIL = "0f1e2d3c4b5a"
 
 _CREDENTIALS = ("api_key", "api_keys", "key_env", "key_envs")
 
@@ -30,7 +32,7 @@ Model = str | Mapping[str, Any]
 
 def key(i: int, k: int = 0) -> str:
     """Made-up API key number `k` (0-based) of chain entry `i`."""
-    return f"{KEY_PREFIX}-{i}-{k}-0f1e2d3c4b5a"
+    return f"{KEY_PREFIX}-{i}-{k}-{KEY_TAIL}"
 
 
 def numbered(n: int) -> tuple[str, ...]:
