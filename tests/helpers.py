@@ -49,18 +49,18 @@ def target(
     base_url: str | None = None,
 ) -> dict[str, Any]:
     """Chain entry `i` as a policy dict (the ``fallback_providers`` shape)."""
-    spec: dict[str, Any]
+    fields: dict[str, Any]
     if isinstance(model, str):
         name, _, ctx = model.partition("@")
-        spec = {"model": name}
+        fields = {"model": name}
         if ctx:
-            spec["context_length"] = int(ctx)
+            fields["context_length"] = int(ctx)
     else:
-        spec = dict(model)
+        fields = dict(model)
     entry: dict[str, Any] = {"provider": provider.format(i=i)}
     if base_url is not None:
         entry["base_url"] = base_url
-    entry.update(spec)
+    entry.update(fields)
     if not any(field in entry for field in _CREDENTIALS):
         entry["api_keys"] = [key(i, k) for k in range(keys)]
     return entry

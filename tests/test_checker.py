@@ -1,5 +1,6 @@
 """The model checker on correct machines: the default policy, the CLI entry point, the
-executor equivalence of SPEC section 3, and a grid of policies (SPEC section 5).
+equivalence of the compiled executor and the `transitions` machine, and a grid of
+policies (the ten properties of docs/design.md).
 
 Grid bounds: chain length 0-4 fallbacks x 1-3 keys x 1-3 attempts, two turns on one
 health store per path; for the big corners (3 keys and 3-4 fallbacks) the initial
@@ -153,9 +154,10 @@ POLICIES_FOR_EQUIVALENCE = [
 
 @pytest.mark.parametrize("policy", POLICIES_FOR_EQUIVALENCE, ids=range(4))
 def test_compiled_and_transitions_executors_take_the_same_transitions(policy):
-    """SPEC section 3: on every reachable configuration, for every event, the compiled
-    table and the real `transitions` machine take the same transition (same source,
-    event, destination, action, target, credential, wait) to the same configuration."""
+    """One declaration, two executors: on every reachable configuration, for every
+    event, the compiled table and the real `transitions` machine take the same
+    transition (same source, event, destination, action, target, credential, wait) to
+    the same configuration."""
     runs = {}
     for executor in (Turn, TransitionsTurn):
         c = Checker(policy, executor=executor, record=True, turns=2)

@@ -1,4 +1,4 @@
-"""SPEC section 6: the public regression scenarios, on the pure core.
+"""The regression scenarios of docs/design.md, on the pure core.
 
 Each test scripts the outcomes an attempt produces and asserts the exact
 sequence of targets called and the final state.

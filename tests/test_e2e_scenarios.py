@@ -1,6 +1,6 @@
-"""SPEC section 6, end to end: the real openai SDK over real HTTP against the
-fault server, through `providers.Fallgate`. Each test asserts the path the
-turn took and how many requests every model received."""
+"""The regression scenarios of docs/design.md, end to end: the real openai SDK over
+real HTTP against the fault server, through `providers.Fallgate`. Each test asserts
+the path the turn took and how many requests every model received."""
 
 from __future__ import annotations
 

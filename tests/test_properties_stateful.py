@@ -1,4 +1,4 @@
-"""Hypothesis fuzzing of SPEC section 5 beyond the checker's bounds.
+"""Hypothesis fuzzing of the ten properties (docs/design.md) beyond the checker's bounds.
 
 A `RuleBasedStateMachine` builds a random valid policy (0-5 fallbacks, 1-3 keys each,
 1-4 attempts, random backoff, caps, deadlines, cooldowns, rotation, context lengths,
