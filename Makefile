@@ -35,7 +35,7 @@ test: lint
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(VENV)/bin/pytest -o timeout=3600 tests/test_properties_stateful.py tests/test_checker_broken.py
 
-# Benchmarks (SPEC section 8): peers (tenacity, LiteLLM) are bench-only extras.
+# Benchmarks (docs/bench.md): peers (tenacity, LiteLLM) are bench-only extras.
 BENCH_STAMP := $(VENV)/.installed-bench
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[test,bench]'

@@ -3,8 +3,9 @@
 Every system makes the same attempts against the same script and none of them
 really waits: fallgate's core is fed scripted outcomes with an injected clock
 (waits advance it), `fsm.run` gets a no-op sleep, tenacity's `sleep` is a no-op,
-the hand-written loop calls the same no-op. The faulty turn is SPEC section 8's:
-timeout, timeout, transport recovery, 429, fallback, success (4 attempts).
+the hand-written loop calls the same no-op. The faulty turn is regression scenario
+1's (docs/design.md): timeout, timeout, transport recovery, 429, fallback, success
+(4 attempts).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class RateLimited(Exception):
 
 
 def bench_policy() -> Policy:
-    """SPEC scenario 1's chain: glm-5.1 -> glm-4.7, two attempts per target."""
+    """Regression scenario 1's chain: glm-5.1 -> glm-4.7, two attempts per target."""
     return Policy(
         targets=[
             Target(

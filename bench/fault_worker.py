@@ -31,7 +31,8 @@ def _policy(base_url: str, fallback: bool) -> Any:
         targets.append(
             Target("fault", FALLBACK, base_url, credentials=[Credential.literal("sk-fallback")])
         )
-    # SPEC scenario 1's policy: two attempts per target, 1 s per attempt; the rest default.
+    # Regression scenario 1's policy (docs/design.md): two attempts per target, 1 s per
+    # attempt; the rest default.
     return Policy(targets=targets, max_attempts=2, attempt_timeout=CLIENT_TIMEOUT)
 
 

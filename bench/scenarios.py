@@ -1,4 +1,5 @@
-"""The fault scenarios of SPEC section 8, as fault-server scripts plus their oracle.
+"""The fault scenarios of the time-to-answer benchmark, as fault-server scripts plus
+their oracle.
 
 The oracle is the least time any policy could take given the script (network
 latency of a few ms ignored): a healthy fallback that can be taken at once
@@ -85,7 +86,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "quota is not retryable: fall back at once",
     ),
     Scenario(
-        "SPEC scenario 1: timeout, timeout, recovery, 429 -> fallback",
+        "scenario 1: timeout, timeout, recovery, 429 -> fallback",
         {"models": {PRIMARY: [_TIMEOUT, _TIMEOUT, _429] + [_429] * 5}},
         2 * CLIENT_TIMEOUT,
         "two client timeouts, then the 429 falls back at once",

@@ -1,5 +1,6 @@
 """The model checker on correct machines: the default policy, the CLI entry point, the
-executor equivalence of SPEC section 3, and a grid of policies (SPEC section 5).
+equivalence of the compiled executor and the `transitions` machine, and a grid of
+policies (the ten properties of docs/design.md).
 
 Grid bounds: chain length 0-4 fallbacks x 1-3 keys x 1-3 attempts, two turns on one
 health store per path; for the big corners (3 keys and 3-4 fallbacks) the initial
@@ -11,11 +12,10 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any
 
 import pytest
 
-from fsm import Policy, TransitionsTurn, Turn
+from fsm import TransitionsTurn, Turn
 from fsm.checker import (
     PROPERTIES,
     Checker,
@@ -26,23 +26,7 @@ from fsm.checker import (
     step,
 )
 
-
-def chain(fallbacks: int, keys: int, attempts: int, **extra: Any) -> Policy:
-    def target(i: int) -> dict[str, Any]:
-        return {
-            "provider": f"p{i}",
-            "model": f"m{i}",
-            "api_keys": [f"sk-grid-{i}-{k}-0123" for k in range(keys)],
-        }
-
-    return Policy.from_dict(
-        {
-            "primary": target(0),
-            "fallback_providers": [target(i) for i in range(1, fallbacks + 1)],
-            "max_attempts": attempts,
-            **extra,
-        }
-    )
+from helpers import chain, numbered
 
 
 def test_every_property_holds_for_the_default_policy():
@@ -99,7 +83,7 @@ def test_check_main_reads_a_policy_file(capsys, tmp_path):
 
 
 def test_a_counterexample_step_list_replays_on_a_fresh_turn():
-    policy = chain(1, 1, 2)
+    policy = chain("m0", "m1", max_attempts=2)
     steps = [step("start"), step("rate_limited", retry_after=171.0), step("success")]
     turn = replay(policy, steps)[-1]
     assert turn.state == "done"
@@ -111,7 +95,15 @@ def test_a_committed_stream_never_falls_back_even_in_continuation_mode():
     """Regression for what the checker found in the core: with continue_streams, a
     continuation attempt that then failed with a fallback-triggering outcome fell back
     to the next target, replaying the delivered output there."""
-    policy = chain(2, 2, 3, continue_streams=True, rules={"stream_interrupted": {"retry": True}})
+    policy = chain(
+        "m0",
+        "m1",
+        "m2",
+        keys=2,
+        max_attempts=3,
+        continue_streams=True,
+        rules={"stream_interrupted": {"retry": True}},
+    )
     report = check_policy(policy)
     assert report.holds("committed_streams_not_replayed"), report.text()
     assert report.ok, report.text()
@@ -131,7 +123,7 @@ def test_a_non_retryable_429_key_is_never_rotated_back_to_in_the_same_turn():
     """Regression for what the fuzzer (then the checker) found in the core: with
     rules.rate_limited.retry = false and three keys, key#1's 429 (Retry-After 0) rotated
     to key#2, whose 429 rotated straight back to key#1 -- a non-retryable key retried."""
-    policy = chain(0, 3, 1, rules={"rate_limited": {"retry": False}})
+    policy = chain("m0", keys=3, max_attempts=1, rules={"rate_limited": {"retry": False}})
     report = check_policy(policy)
     assert report.ok, report.text()
     turn = replay(
@@ -144,7 +136,7 @@ def test_a_non_retryable_429_key_is_never_rotated_back_to_in_the_same_turn():
 def test_a_failed_rebuild_falls_back_only_when_transport_faults_do():
     """Regression for what the fuzzer found in the declaration: with
     rules.transport.fall_back = false, a failed client rebuild still fell back."""
-    policy = chain(1, 1, 1, rules={"transport": {"fall_back": False}})
+    policy = chain("m0", "m1", max_attempts=1, rules={"transport": {"fall_back": False}})
     report = check_policy(policy)
     assert report.ok, report.text()
     turn = replay(policy, [step("start"), step("transport"), step("rebuild_failed")])[-1]
@@ -153,18 +145,19 @@ def test_a_failed_rebuild_falls_back_only_when_transport_faults_do():
 
 
 POLICIES_FOR_EQUIVALENCE = [
-    chain(0, 1, 1),
-    chain(1, 2, 2),
-    chain(2, 1, 3, prefer_waiting=True),
-    chain(1, 2, 2, recover_transport=False, retry_after_cap=0),
+    chain("m0", max_attempts=1),
+    chain("m0", "m1", keys=2, max_attempts=2),
+    chain("m0", "m1", "m2", max_attempts=3, prefer_waiting=True),
+    chain("m0", "m1", keys=2, max_attempts=2, recover_transport=False, retry_after_cap=0),
 ]
 
 
 @pytest.mark.parametrize("policy", POLICIES_FOR_EQUIVALENCE, ids=range(4))
 def test_compiled_and_transitions_executors_take_the_same_transitions(policy):
-    """SPEC section 3: on every reachable configuration, for every event, the compiled
-    table and the real `transitions` machine take the same transition (same source,
-    event, destination, action, target, credential, wait) to the same configuration."""
+    """One declaration, two executors: on every reachable configuration, for every
+    event, the compiled table and the real `transitions` machine take the same
+    transition (same source, event, destination, action, target, credential, wait) to
+    the same configuration."""
     runs = {}
     for executor in (Turn, TransitionsTurn):
         c = Checker(policy, executor=executor, record=True, turns=2)
@@ -185,6 +178,7 @@ GRID = list(itertools.product(range(5), range(1, 4), range(1, 4)))
 )
 def test_every_property_holds_across_the_policy_grid(fallbacks, keys, attempts):
     big_corner = keys == 3 and fallbacks >= 3
-    report = check_policy(chain(fallbacks, keys, attempts), max_cooling=0 if big_corner else 1)
+    policy = chain(*numbered(fallbacks + 1), keys=keys, max_attempts=attempts)
+    report = check_policy(policy, max_cooling=0 if big_corner else 1)
     assert report.ok, report.text()
     assert report.states > 10

@@ -17,27 +17,17 @@ from fsm.checker import check_policy, replay, step
 from fsm.machine import Declaration, Transition, declare
 from fsm.turn import TurnState
 
-
-def chain(n: int, keys: int = 1, attempts: int = 2) -> Policy:
-    """Scenario 1's shape: a primary and n-1 fallbacks, `keys` keys each."""
-
-    def target(i: int) -> dict[str, Any]:
-        return {
-            "provider": f"p{i}",
-            "model": f"m{i}",
-            "api_keys": [f"sk-live-{i}-{k}-abcdef" for k in range(keys)],
-        }
-
-    return Policy.from_dict(
-        {
-            "primary": target(0),
-            "fallback_providers": [target(i) for i in range(1, n)],
-            "max_attempts": attempts,
-        }
-    )
+from helpers import KEY_PREFIX, chain
 
 
-@pytest.mark.parametrize("policy", [chain(2), chain(1, keys=2), chain(3, keys=2)])
+@pytest.mark.parametrize(
+    "policy",
+    [
+        chain("m0", "m1", max_attempts=2),
+        chain("m0", keys=2, max_attempts=2),
+        chain("m0", "m1", "m2", keys=2, max_attempts=2),
+    ],
+)
 def test_the_unmodified_machine_passes_on_the_policies_used_below(policy):
     report = check_policy(policy)
     assert report.ok, report.text()
@@ -50,7 +40,7 @@ def stale_next_is(s: TurnState, arg: int) -> bool:
 
 
 def test_a_stale_fallback_index_after_recovery_breaks_the_fallback_gate():
-    policy = chain(2)
+    policy = chain("m0", "m1", max_attempts=2)
     report = check_policy(policy, guards={"next_is": stale_next_is})
     v = report.violations["fallback_gate"]
     assert not report.holds("fallback_gate")
@@ -78,7 +68,7 @@ def self_loop_on_429(policy: Policy) -> Declaration:
 
 
 def test_a_self_loop_on_429_is_caught_as_non_termination_and_a_closed_gate():
-    policy = chain(2, attempts=1)
+    policy = chain("m0", "m1", max_attempts=1)
     report = check_policy(policy, declaration=self_loop_on_429)
     term = report.violations["termination"]
     # bound per target: max_attempts 1 + recovery 1 = 2; the third attempt breaks it
@@ -107,7 +97,7 @@ class ExtendingHealth(HealthStore):
 
 
 def test_a_cooldown_that_extends_itself_is_caught():
-    policy = chain(1, keys=2)
+    policy = chain("m0", keys=2, max_attempts=2)
     report = check_policy(policy, health_factory=ExtendingHealth)
     v = report.violations["honest_waits"]
     assert "extended" in v.why and "key#1" in v.why
@@ -134,7 +124,7 @@ def stream_falls_back(policy: Policy) -> Declaration:
 
 
 def test_a_committed_stream_replayed_on_a_fallback_is_caught():
-    policy = chain(2)
+    policy = chain("m0", "m1", max_attempts=2)
     report = check_policy(policy, declaration=stream_falls_back)
     v = report.violations["committed_streams_not_replayed"]
     assert v.length == 2
@@ -153,17 +143,17 @@ def test_a_leaking_effect_is_caught_by_the_secrets_property():
         assert s.cred is not None and s.cred.key is not None
         return Wait(w.seconds, f"backing off {s.cred.key.reveal()}")
 
-    report = check_policy(chain(1), effects={"back_off": chatty_back_off})
+    report = check_policy(chain("m0", max_attempts=2), effects={"back_off": chatty_back_off})
     v = report.violations["secrets_never_leak"]
     assert v.length == 2 and v.steps[1][0] in ("transport", "overloaded")
-    assert "sk-live" not in v.why  # the report itself never prints the key
+    assert KEY_PREFIX not in v.why  # the report itself never prints the key
     assert "***" in v.why
 
 
 def test_counterexamples_round_trip_through_json():
     from fsm.checker import steps_from_json
 
-    report = check_policy(chain(2), guards={"next_is": stale_next_is})
+    report = check_policy(chain("m0", "m1", max_attempts=2), guards={"next_is": stale_next_is})
     data = report.to_json()["properties"]["fallback_gate"]["counterexample"]
     assert steps_from_json(data) == list(report.violations["fallback_gate"].steps)
     assert steps_from_json([["rate_limited", {"retry_after": 5}]]) == [

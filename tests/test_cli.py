@@ -38,7 +38,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
         ([], ["demo", "diagram", "check", "serve", "examples:"]),
         (["demo"], ["--json", "--out", "fault server", "openai"]),
         (["diagram"], ["--format", "--trace", "--output", "mermaid", "svg", "Graphviz"]),
-        (["check"], ["--json", "SPEC section 5", "shortest"]),
+        (["check"], ["--json", "properties", "shortest"]),
         (["serve"], ["--script", "--port", "--host", "Ctrl-C"]),
     ],
 )

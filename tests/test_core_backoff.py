@@ -8,10 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fsm import Backoff, Outcome, Policy
+from fsm import Backoff, Outcome
 from fsm.backoff import MAX_RETRY_AFTER, backoff_delay, cooldown_for, parse_retry_after
+from fsm.classify import classify_status
+from fsm.outcomes import OutcomeKind, sane_retry_after
 from fsm.policy import Cooldown
 from fsm.testing import play
+
+from helpers import chain
 
 NOW = 1_800_000_000.0  # a fixed wall-clock time for HTTP dates
 
@@ -74,14 +78,69 @@ def test_cooldown_streak_grows_and_caps():
     assert [cooldown_for(c, s) for s in (1, 2, 3, 10**6)] == [5, 10, 20, 300]
 
 
-@pytest.mark.parametrize("ra", [-5.0, 0.0, math.nan, math.inf, 1e308, -math.inf])
-def test_the_core_tolerates_raw_pathological_retry_after_in_outcomes(ra):
-    p = Policy.from_dict(
-        {
-            "primary": {"provider": "p", "model": "m", "api_key": "sk-1234"},
-            "fallback_providers": [{"provider": "q", "model": "n", "api_key": "sk-5678"}],
-        }
-    )
-    played = play(p, [Outcome.of("rate_limited", retry_after=ra), "success"])
+# -- raw pathological Retry-After values ------------------------------------------------------
+#
+# The engine only ever sees `Outcome.retry_after`, and `Outcome` sanitises it on
+# construction; a host with its own classifier may put anything there. These values must
+# come out finite and within [0, MAX_RETRY_AFTER], or None when they are not a number.
+
+RAW_RETRY_AFTER = [
+    (-5.0, 0.0),
+    (-math.inf, 0.0),
+    (0.0, 0.0),
+    (12.5, 12.5),
+    (math.nan, None),
+    (math.inf, MAX_RETRY_AFTER),
+    (1e308, MAX_RETRY_AFTER),
+    ("171", 171.0),
+    ("soon", None),
+    (True, None),
+]
+
+
+@pytest.mark.parametrize(("raw", "clean"), RAW_RETRY_AFTER)
+def test_raw_pathological_retry_after_is_sanitised_where_outcomes_are_built(raw, clean):
+    assert sane_retry_after(raw) == clean
+    assert Outcome.of("rate_limited", retry_after=raw).retry_after == clean
+
+
+# Hostile headers through the real classification path (`fsm.classify_status`) into a
+# chain of one target with one key: the only way on is to wait, so the engine's waits are
+# observable. A Retry-After within the cap is waited out exactly (never less: no attempt
+# before its not-before time); beyond the cap the turn fails at once instead of sleeping;
+# with none usable the backoff applies. No wait is ever NaN, negative or over the cap.
+
+CAP = 30.0
+WIRE = [*HOSTILE, "3", "12.5", "29.999", "31", "Fri, 15 Jan 2027 08:00:30 GMT"]
+
+
+@pytest.mark.parametrize("raw", WIRE)
+@pytest.mark.parametrize("header", ["retry-after", "retry-after-ms"])
+def test_hostile_retry_after_headers_never_make_the_engine_wait_early_or_unbounded(raw, header):
+    p = chain("m", retry_after_cap=CAP)
+    o = classify_status(429, {header: raw}, None, now=NOW)
+    assert o.kind is OutcomeKind.RATE_LIMITED
+    ra = o.retry_after
+    assert ra is None or (math.isfinite(ra) and 0.0 <= ra <= MAX_RETRY_AFTER)
+    played = play(p, [o, "success"])
+    assert all(math.isfinite(w) and 0.0 <= w <= CAP for w in played.waits)
+    if ra is not None and ra > CAP:
+        assert played.waits == ()
+        assert played.state == "failed"
+        return
+    expected = ra if ra is not None else p.backoff.initial
+    assert played.waits == (pytest.approx(expected, abs=1e-9),)
     assert played.state == "done"
-    assert all(math.isfinite(w) and w >= 0 for w in played.waits)
+    first, second = [e.time for e in played.trace if e.action == "Attempt"]
+    assert second - first >= expected - 1e-9  # the retry never comes before its not-before
+
+
+def test_a_hostile_retry_after_in_the_body_is_bounded_too():
+    """An error body's hint ("try again in ...") is parsed and clamped like a header."""
+    p = chain("m", retry_after_cap=CAP)
+    huge = classify_status(429, {}, "Rate limit reached. Please try again in 99999999999999m.")
+    assert huge.retry_after == MAX_RETRY_AFTER
+    assert play(p, [huge]).waits == ()
+    small = classify_status(429, {}, "please try again in 750ms")
+    assert small.retry_after == 0.75
+    assert play(p, [small, "success"]).waits == (0.75,)

@@ -4,25 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from fsm import HealthStore, Outcome, Policy, ProtocolError, Turn
+from fsm import HealthStore, Outcome, ProtocolError, Turn
 from fsm.testing import FakeClock, play
 
-
-def policy(n_fallbacks: int = 1, keys: int = 1, **extra: object) -> Policy:
-    def t(i: int) -> dict[str, object]:
-        return {
-            "provider": f"p{i}",
-            "model": f"m{i}",
-            "api_keys": [f"sk-{i}-{k}-xxxx" for k in range(keys)],
-        }
-
-    return Policy.from_dict(
-        {"primary": t(0), "fallback_providers": [t(i) for i in range(1, n_fallbacks + 1)], **extra}
-    )
+from helpers import chain
 
 
 def test_a_429_rotates_to_the_next_free_key_of_the_same_target_before_falling_back():
-    played = play(policy(keys=2), ["rate_limited:5", "success"])
+    played = play(chain("m0", "m1", keys=2), ["rate_limited:5", "success"])
     assert played.targets == ["primary", "primary"]
     assert played.credentials == ["key#1", "key#2"]
     assert played.waits == ()
@@ -30,7 +19,7 @@ def test_a_429_rotates_to_the_next_free_key_of_the_same_target_before_falling_ba
 
 def test_next_turn_skips_the_key_still_cooling_from_a_429():
     health, clock = HealthStore(), FakeClock()
-    p = policy(keys=2)
+    p = chain("m0", "m1", keys=2)
     play(p, ["rate_limited:30", "success"], health=health, clock=clock)
     clock.advance(5)
     nxt = play(p, ["success"], health=health, clock=clock)
@@ -41,16 +30,7 @@ def test_next_turn_skips_the_key_still_cooling_from_a_429():
 
 
 def test_round_robin_pools_start_each_turn_on_the_next_key():
-    p = Policy.from_dict(
-        {
-            "primary": {
-                "provider": "p",
-                "model": "m",
-                "rotation": "round_robin",
-                "api_keys": ["sk-a-1111", "sk-b-2222", "sk-c-3333"],
-            }
-        }
-    )
+    p = chain({"model": "m", "rotation": "round_robin"}, keys=3)
     health = HealthStore()
     firsts = [play(p, ["success"], health=health).credentials[0] for _ in range(4)]
     assert firsts == ["key#1", "key#2", "key#3", "key#1"]
@@ -58,23 +38,23 @@ def test_round_robin_pools_start_each_turn_on_the_next_key():
 
 def test_a_rate_limit_on_a_fallback_never_benches_the_primarys_keys():
     health, clock = HealthStore(), FakeClock()
-    p = policy(n_fallbacks=2)
+    p = chain("m0", "m1", "m2")
     played = play(
         p,
         ["not_found", "rate_limited:100", "success"],
         health=health,
         clock=clock,
     )
-    assert played.targets[-2:] == ["fallback_1", "fallback_2"]
-    snap = health.snapshot()
-    creds = snap["credentials"]
-    assert isinstance(creds, dict)
-    assert all(key[0] == p.targets[1].key for key in creds)
+    assert played.targets == ["primary", "fallback_1", "fallback_2"]
+    # Exactly one credential is benched: fallback_1's only key, for its Retry-After.
+    assert health.snapshot()["credentials"] == {(p.targets[1].key, "key#1"): clock() + 100.0}
+    assert health.credential_until(p.targets[1].key, "key#1") == clock() + 100.0
+    assert health.credential_until(p.targets[0].key, "key#1") == 0.0
 
 
 def test_the_primary_is_restored_at_every_turn_start_once_its_cooldown_ends():
     health, clock = HealthStore(), FakeClock()
-    p = policy()
+    p = chain("m0", "m1")
     first = play(p, ["not_found", "success"], health=health, clock=clock)
     assert first.targets == ["primary", "fallback_1"]
     benched = play(p, ["success"], health=health, clock=clock)
@@ -94,45 +74,45 @@ def test_a_cooldown_never_extends_itself_while_active():
 
 
 def test_a_short_retry_after_on_the_only_target_is_honoured_then_retried():
-    played = play(policy(n_fallbacks=0), ["rate_limited:2", "success"])
+    played = play(chain("m0"), ["rate_limited:2", "success"])
     assert played.waits == (2.0,)
     assert played.targets == ["primary", "primary"]
     assert played.state == "done"
 
 
 def test_a_retry_after_beyond_the_cap_fails_at_once_instead_of_sleeping():
-    played = play(policy(n_fallbacks=0, retry_after_cap=30), ["rate_limited:171"])
+    played = play(chain("m0", retry_after_cap=30), ["rate_limited:171"])
     assert played.waits == ()
     assert played.state == "failed"
 
 
 def test_prefer_waiting_sleeps_out_a_short_retry_after_instead_of_falling_back():
-    played = play(policy(prefer_waiting=True), ["rate_limited:3", "success"])
+    played = play(chain("m0", "m1", prefer_waiting=True), ["rate_limited:3", "success"])
     assert played.waits == (3.0,)
     assert played.targets == ["primary", "primary"]
 
 
 def test_total_waiting_never_exceeds_the_deadline():
-    p = policy(n_fallbacks=0, deadline=5, max_attempts=10, retry_after_cap=100)
+    p = chain("m0", deadline=5, max_attempts=10, retry_after_cap=100)
     played = play(p, ["rate_limited:3"] * 10)
     assert sum(played.waits) <= 5
     assert played.state == "failed"
 
 
 def test_transport_faults_retry_then_recover_once_then_fall_back():
-    played = play(policy(max_attempts=5), ["transport"] * 3 + ["success"])
+    played = play(chain("m0", "m1", max_attempts=5), ["transport"] * 3 + ["success"])
     # two faults -> rebuild -> one more fault after recovery -> fall back
     assert played.targets == ["primary"] * 3 + ["fallback_1"]
     assert played.rebuilds == ("primary",)
 
 
 def test_a_failed_rebuild_falls_back_at_once():
-    played = play(policy(), ["transport", "transport", "success"], rebuild_ok=False)
+    played = play(chain("m0", "m1"), ["transport", "transport", "success"], rebuild_ok=False)
     assert played.targets == ["primary", "primary", "fallback_1"]
 
 
 def test_bad_request_fails_fast_without_retry_or_fallback():
-    played = play(policy(n_fallbacks=2), ["bad_request"])
+    played = play(chain("m0", "m1", "m2"), ["bad_request"])
     assert played.targets == ["primary"]
     assert played.error is not None
     assert set(played.error.reasons) == {"primary", "fallback_1", "fallback_2"}
@@ -140,26 +120,22 @@ def test_bad_request_fails_fast_without_retry_or_fallback():
 
 
 def test_content_filtered_falls_back_only_when_the_policy_says_so():
-    assert play(policy(), ["content_filtered"]).state == "failed"
-    p = policy(rules={"content_filtered": {"fall_back": True}})
+    assert play(chain("m0", "m1"), ["content_filtered"]).state == "failed"
+    p = chain("m0", "m1", rules={"content_filtered": {"fall_back": True}})
     assert play(p, ["content_filtered", "success"]).targets == ["primary", "fallback_1"]
 
 
 def test_quota_is_never_retried_on_the_same_credential():
-    played = play(policy(keys=2, n_fallbacks=0), ["quota", "quota", "quota"])
+    played = play(chain("m0", keys=2), ["quota", "quota", "quota"])
     assert played.credentials == ["key#1", "key#2"]
     assert played.state == "failed"
 
 
 def test_an_identical_chain_entry_is_skipped():
-    p = Policy.from_dict(
-        {
-            "primary": {"provider": "openai", "model": "gpt-4o", "api_key": "sk-aaaa1111"},
-            "fallback_providers": [
-                {"provider": "openai", "model": "gpt-4o", "api_key": "sk-bbbb2222"},
-                {"provider": "azure", "model": "gpt-4o-mini", "api_key": "sk-cccc3333"},
-            ],
-        }
+    p = chain(
+        {"model": "gpt-4o", "provider": "openai"},
+        {"model": "gpt-4o", "provider": "openai"},  # same provider and model as the primary
+        {"model": "gpt-4o-mini", "provider": "azure"},
     )
     played = play(p, ["not_found", "success"])
     assert played.targets == ["primary", "fallback_2"]
@@ -167,7 +143,7 @@ def test_an_identical_chain_entry_is_skipped():
 
 def test_every_target_cooling_waits_for_the_soonest_when_within_the_cap():
     health, clock = HealthStore(), FakeClock()
-    p = policy(n_fallbacks=0)
+    p = chain("m0")
     play(p, ["rate_limited:3", "rate_limited:3", "rate_limited:3"], health=health, clock=clock)
     clock.advance(1)
     nxt = play(p, ["success"], health=health, clock=clock)
@@ -176,7 +152,7 @@ def test_every_target_cooling_waits_for_the_soonest_when_within_the_cap():
 
 
 def test_feeding_an_event_the_state_does_not_declare_is_a_clear_protocol_error():
-    turn = Turn(policy(), health=HealthStore(), clock=FakeClock())
+    turn = Turn(chain("m0", "m1"), health=HealthStore(), clock=FakeClock())
     turn.start()
     with pytest.raises(ProtocolError, match="'waited' is not declared in state 'primary'"):
         turn.waited()
@@ -184,7 +160,7 @@ def test_feeding_an_event_the_state_does_not_declare_is_a_clear_protocol_error()
 
 
 def test_cancel_from_any_live_state_ends_aborted_and_names_every_target():
-    turn = Turn(policy(n_fallbacks=1), health=HealthStore(), clock=FakeClock())
+    turn = Turn(chain("m0", "m1"), health=HealthStore(), clock=FakeClock())
     turn.start()
     turn.feed(Outcome.of("transport"))
     action = turn.cancel()
@@ -194,7 +170,7 @@ def test_cancel_from_any_live_state_ends_aborted_and_names_every_target():
 
 
 def test_an_opt_in_stream_continuation_resends_on_the_same_target_and_never_falls_back():
-    p = policy(continue_streams=True, rules={"stream_interrupted": {"retry": True}})
+    p = chain("m0", "m1", continue_streams=True, rules={"stream_interrupted": {"retry": True}})
     resumed = play(p, ["stream_interrupted", "success"])
     assert resumed.path == ["idle", "primary", "primary_continuing", "done"]
     broken = play(p, ["stream_interrupted", "transport"])

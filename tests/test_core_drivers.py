@@ -9,7 +9,6 @@ import pytest
 
 from fsm import (
     HealthStore,
-    Policy,
     TraceEvent,
     TransitionsTurn,
     TurnFailed,
@@ -20,6 +19,8 @@ from fsm import (
 )
 from fsm.trace import from_jsonl
 
+from helpers import chain
+
 
 class Status(Exception):
     def __init__(self, status: int, headers: dict[str, str] | None = None, body: str = ""):
@@ -27,16 +28,6 @@ class Status(Exception):
         self.status_code = status
         self.headers = headers or {}
         self.body = body
-
-
-def two_targets(**extra: object) -> Policy:
-    return Policy.from_dict(
-        {
-            "primary": {"provider": "p", "model": "m0", "api_key": "sk-primary-0000"},
-            "fallback_providers": [{"provider": "q", "model": "m1", "api_key": "sk-fallback-1111"}],
-            **extra,
-        }
-    )
 
 
 def scripted(*effects: object):
@@ -58,7 +49,7 @@ def test_sync_run_retries_recovers_and_falls_back_with_real_exceptions():
     rebuilt: list[str] = []
     with instant_waits():
         result = run(
-            two_targets(max_attempts=2),
+            chain("m0", "m1", max_attempts=2),
             call,
             rebuild=lambda t: rebuilt.append(t.name),
             health=HealthStore(),
@@ -73,7 +64,7 @@ async def test_async_run_has_the_same_semantics_as_sync():
     effects = (TimeoutError(), ConnectionResetError(), Status(429), "answer")
     call, sync_calls = scripted(*effects)
     with instant_waits():
-        sync = run(two_targets(max_attempts=2), call, health=HealthStore())
+        sync = run(chain("m0", "m1", max_attempts=2), call, health=HealthStore())
     it = iter(effects)
     async_calls: list[str] = []
 
@@ -85,7 +76,7 @@ async def test_async_run_has_the_same_semantics_as_sync():
         return e
 
     with instant_waits():
-        result = await arun(two_targets(max_attempts=2), acall, health=HealthStore())
+        result = await arun(chain("m0", "m1", max_attempts=2), acall, health=HealthStore())
     assert async_calls == sync_calls
     assert [(e.source, e.event, e.dest) for e in result.trace] == [
         (e.source, e.event, e.dest) for e in sync.trace
@@ -95,7 +86,7 @@ async def test_async_run_has_the_same_semantics_as_sync():
 def test_a_failed_turn_raises_turn_failed_naming_every_target():
     call, _ = scripted(Status(400, body="bad"), "never")
     with pytest.raises(TurnFailed) as info:
-        run(two_targets(), call, health=HealthStore())
+        run(chain("m0", "m1"), call, health=HealthStore())
     assert info.value.state == "failed"
     assert set(info.value.reasons) == {"primary", "fallback_1"}
     assert "bad_request (HTTP 400)" in str(info.value)
@@ -108,9 +99,7 @@ async def test_an_async_turn_cancelled_during_a_30s_wait_aborts_within_100ms():
     async def rate_limited(target, credential):
         raise Status(429, {"retry-after": "30"})
 
-    policy = Policy.from_dict(
-        {"primary": {"provider": "p", "model": "m", "api_key": "sk-1234"}, "retry_after_cap": 60}
-    )
+    policy = chain("m", retry_after_cap=60)
     task = asyncio.create_task(
         arun(policy, rate_limited, health=HealthStore(), on_transition=events.append)
     )
@@ -133,13 +122,13 @@ def test_keyboard_interrupt_during_a_wait_aborts_the_turn_and_propagates():
 
     call, _ = scripted(TimeoutError(), "never")
     with pytest.raises(KeyboardInterrupt):
-        run(two_targets(), call, health=HealthStore(), sleep=sleep, on_transition=events.append)
+        run(chain("m0", "m1"), call, health=HealthStore(), sleep=sleep, on_transition=events.append)
     assert events[-1].dest == "aborted"
 
 
 def test_instant_waits_take_no_real_time_but_keep_cooldowns_honest():
     call, calls = scripted(Status(429, {"retry-after": "20"}), "ok")
-    policy = Policy.from_dict({"primary": {"provider": "p", "model": "m", "api_key": "sk-1234"}})
+    policy = chain("m")
     t0 = time.perf_counter()
     with instant_waits():
         result = run(policy, call, health=HealthStore())
@@ -154,14 +143,14 @@ def test_a_broken_classifier_or_rebuild_never_crashes_the_engine():
 
     call, _ = scripted(TimeoutError(), "never")
     with pytest.raises(TurnFailed, match="classifier raised RuntimeError"):
-        run(two_targets(), call, classify=classify, health=HealthStore())
+        run(chain("m0", "m1"), call, classify=classify, health=HealthStore())
 
     def rebuild(target):
         raise OSError("cannot build client")
 
     call, calls = scripted(TimeoutError(), TimeoutError(), "fallback answer")
     with instant_waits():
-        result = run(two_targets(), call, rebuild=rebuild, health=HealthStore())
+        result = run(chain("m0", "m1"), call, rebuild=rebuild, health=HealthStore())
     assert calls == ["m0", "m0", "m1"]
     assert any(e.event == "rebuild_failed" for e in result.trace)
 
@@ -169,7 +158,7 @@ def test_a_broken_classifier_or_rebuild_never_crashes_the_engine():
 def test_the_transitions_engine_drives_the_same_turn():
     call, calls = scripted(TimeoutError(), Status(401), "ok")
     with instant_waits():
-        result = run(two_targets(), call, health=HealthStore(), engine=TransitionsTurn)
+        result = run(chain("m0", "m1"), call, health=HealthStore(), engine=TransitionsTurn)
     assert calls == ["m0", "m0", "m1"]
     assert result.state == "done"
 
@@ -177,7 +166,7 @@ def test_the_transitions_engine_drives_the_same_turn():
 def test_the_trace_round_trips_through_json_lines():
     call, _ = scripted(TimeoutError(), "ok")
     with instant_waits():
-        result = run(two_targets(), call, health=HealthStore())
+        result = run(chain("m0", "m1"), call, health=HealthStore())
     text = to_jsonl(result.trace)
     assert len(text.splitlines()) == len(result.trace)
     assert from_jsonl(text) == list(result.trace)

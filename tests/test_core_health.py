@@ -5,8 +5,10 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from fsm import HealthStore, Policy, instant_waits, run
+from fsm import HealthStore, instant_waits, run
 from fsm.testing import FakeClock, play
+
+from helpers import chain
 
 
 class Status(Exception):
@@ -17,12 +19,7 @@ class Status(Exception):
 
 
 def test_many_threads_running_turns_on_one_store_all_end_and_attribute_cooldowns_correctly():
-    policy = Policy.from_dict(
-        {
-            "primary": {"provider": "p", "model": "m0", "api_keys": ["sk-a-0000", "sk-b-1111"]},
-            "fallback_providers": [{"provider": "q", "model": "m1", "api_key": "sk-c-2222"}],
-        }
-    )
+    policy = chain("m0", "m1", keys=(2, 1))
     health = HealthStore()
     lock = threading.Lock()
     calls: list[tuple[str, str]] = []
@@ -49,13 +46,7 @@ def test_many_threads_running_turns_on_one_store_all_end_and_attribute_cooldowns
 
 def test_a_new_turn_starts_clean_whatever_the_previous_turn_left_behind():
     """Property 7 by example: only health facts cross turns, never counters."""
-    policy = Policy.from_dict(
-        {
-            "primary": {"provider": "p", "model": "m0", "api_key": "sk-a-0000"},
-            "fallback_providers": [{"provider": "q", "model": "m1", "api_key": "sk-b-1111"}],
-            "max_attempts": 2,
-        }
-    )
+    policy = chain("m0", "m1", max_attempts=2)
     health, clock = HealthStore(), FakeClock()
     play(policy, ["transport"] * 6, health=health, clock=clock, rebuild_ok=[True, True])
     clock.advance(1000)

@@ -1,4 +1,4 @@
-"""SPEC section 6: the public regression scenarios, on the pure core.
+"""The regression scenarios of docs/design.md, on the pure core.
 
 Each test scripts the outcomes an attempt produces and asserts the exact
 sequence of targets called and the final state.
@@ -8,42 +8,19 @@ from __future__ import annotations
 
 import pytest
 
-from fsm import HealthStore, Policy, TransitionsTurn, Turn
+from fsm import HealthStore, TransitionsTurn, Turn
 from fsm.testing import FakeClock, play
 
+from helpers import chain
+
 ENGINES = [Turn, TransitionsTurn]
-
-
-def chain(*models: str, attempts: int = 3, keys: int = 1, **extra: object) -> Policy:
-    def target(m: str) -> dict[str, object]:
-        ctx = None
-        name, _, size = m.partition("@")
-        if size:
-            ctx = int(size)
-        t: dict[str, object] = {
-            "provider": "zai",
-            "model": name,
-            "api_keys": [f"sk-{name}-{k}" for k in range(keys)],
-        }
-        if ctx:
-            t["context_length"] = ctx
-        return t
-
-    return Policy.from_dict(
-        {
-            "primary": target(models[0]),
-            "fallback_providers": [target(m) for m in models[1:]],
-            "max_attempts": attempts,
-            **extra,
-        }
-    )
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_scenario_1_a_429_after_timeouts_and_recovery_still_reaches_the_fallback(engine):
     """The original bug: after an earlier failed fallback activation, timeouts and a
     successful client rebuild, a 429 must still fall back."""
-    policy = chain("glm-5.1", "glm-4.7", attempts=2)
+    policy = chain("glm-5.1", "glm-4.7", max_attempts=2)
     health, clock = HealthStore(), FakeClock()
     # An earlier turn: the primary was rate limited, the eager fallback's client could
     # not be built (transport faults, then the rebuild failed too).
@@ -103,18 +80,18 @@ def test_scenario_3_a_403_on_fallback_1_goes_on_to_fallback_2(engine):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_scenario_4_three_503s_with_three_attempts_fall_back_instead_of_failing(engine):
     # A free fallback is taken at once: no sleeping while one is available now.
-    played = play(chain("a", "b", attempts=3), ["overloaded", "success"], engine=engine)
+    played = play(chain("a", "b", max_attempts=3), ["overloaded", "success"], engine=engine)
     assert played.models == ["a", "b"]
     assert played.waits == ()
     assert played.state == "done"
     # Preferring to wait: every attempt with backoff, and still the fallback, never `failed`.
-    patient = play(chain("a", "b", attempts=3, prefer_waiting=True),
+    patient = play(chain("a", "b", max_attempts=3, prefer_waiting=True),
                    ["overloaded"] * 3 + ["success"], engine=engine)
     assert patient.models == ["a", "a", "a", "b"]
     assert len(patient.waits) == 2  # backoff between the three attempts, none before fallback
     assert patient.state == "done"
     # No fallback free: the same backoff on the only target.
-    alone = play(chain("a", attempts=3), ["overloaded"] * 3, engine=engine)
+    alone = play(chain("a", max_attempts=3), ["overloaded"] * 3, engine=engine)
     assert alone.models == ["a", "a", "a"]
     assert alone.state == "failed"
 

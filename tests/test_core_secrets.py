@@ -6,10 +6,12 @@ import logging
 
 import pytest
 
-from fsm import HealthStore, Policy, TurnFailed, instant_waits, run, to_jsonl
+from fsm import HealthStore, TurnFailed, instant_waits, run, to_jsonl
 from fsm.outcomes import OutcomeKind
 from fsm.testing import play
 from fsm.traits import FAULT_KINDS
+
+from helpers import chain
 
 KEY = "sk-live-9f8e7d6c5b4a3f2e1d0c"
 ENV_KEY = "sk-live-ENVSECRET-0123456789"
@@ -38,13 +40,8 @@ class Leaky(Exception):
         self.headers = {"retry-after": "1"}
 
 
-def policy() -> Policy:
-    return Policy.from_dict(
-        {
-            "primary": {"provider": "p", "model": "m", "api_key": KEY},
-            "fallback_providers": [{"provider": "q", "model": "n", "key_env": "FALLGATE_SECRET"}],
-        }
-    )
+#: One literal key and one read from the environment (set per test).
+POLICY = chain({"model": "m", "api_key": KEY}, {"model": "n", "key_env": "FALLGATE_SECRET"})
 
 
 @pytest.mark.parametrize("kind", FAULT_KINDS, ids=lambda k: k.value)
@@ -60,11 +57,11 @@ def test_a_key_turned_through_every_outcome_class_appears_nowhere(kind, caplog, 
         raise Leaky(STATUS_FOR[kind], body)
 
     caplog.set_level(logging.DEBUG, logger="fallgate")
-    texts: list[str] = [repr(policy()), str(policy())]
+    texts: list[str] = [repr(POLICY), str(POLICY)]
     with instant_waits():
         try:
             result = run(
-                policy(), call, health=HealthStore(), on_transition=lambda e: texts.append(repr(e))
+                POLICY, call, health=HealthStore(), on_transition=lambda e: texts.append(repr(e))
             )
             texts += [repr(result), to_jsonl(result.trace)]
         except TurnFailed as e:
@@ -80,6 +77,6 @@ def test_a_key_turned_through_every_outcome_class_appears_nowhere(kind, caplog, 
 
 
 def test_scripted_core_turns_never_carry_key_material():
-    played = play(policy(), ["auth", "rate_limited:3", "success"])
+    played = play(POLICY, ["auth", "rate_limited:3", "success"])
     assert KEY not in repr(played)
     assert KEY not in to_jsonl(played.trace)

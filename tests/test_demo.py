@@ -1,4 +1,5 @@
-"""`fallgate demo`: SPEC scenarios with the real openai SDK over real HTTP, in seconds.
+"""`fallgate demo`: the regression scenarios (docs/design.md) with the real openai SDK
+over real HTTP, in seconds.
 
 The demo checks itself (each scenario's final state, calls, and the requests the
 fault server saw); these tests check the demo: its JSON shape, the expected

@@ -17,13 +17,7 @@ from fsm.testing import play
 from fsm.traits import Phase
 from providers import gallery
 
-
-def policy(*models: str, **extra: object) -> Policy:
-    targets = [
-        {"provider": f"prov-{i}", "model": m, "api_key": f"sk-secret-{i}-abcdef"}
-        for i, m in enumerate(models)
-    ]
-    return Policy.from_dict({"primary": targets[0], "fallback_providers": targets[1:], **extra})
+from helpers import KEY_PREFIX, KEY_TAIL, chain
 
 
 def mermaid_ids(text: str) -> set[str]:
@@ -34,7 +28,7 @@ def mermaid_ids(text: str) -> set[str]:
 
 
 def test_every_state_of_the_users_chain_is_drawn_grouped_under_its_provider_and_model():
-    decl = declare(policy("m.one", "m-two", "end"))
+    decl = declare(chain("m.one", "m-two", "end", provider="prov-{i}"))
     text = diagram.to_mermaid(decl)
     for s in decl.states:
         if s.phase is Phase.COOLING:  # turn-start waits are summarised in the legend
@@ -50,7 +44,7 @@ def test_every_state_of_the_users_chain_is_drawn_grouped_under_its_provider_and_
 
 
 def test_mermaid_ids_are_safe_whatever_the_names():
-    decl = declare(policy("end", "state.v2", "a-b"))
+    decl = declare(chain("end", "state.v2", "a-b"))
     text = diagram.to_mermaid(decl)
     ids = re.findall(r'state "[^"]*" as (\S+)', text)
     assert ids, text
@@ -64,7 +58,7 @@ def test_mermaid_ids_are_safe_whatever_the_names():
 
 
 def test_triggers_between_the_same_two_states_collapse_into_one_edge_with_guards():
-    decl = declare(policy("a", "b"))
+    decl = declare(chain("a", "b"))
     text = diagram.to_mermaid(decl)
     loops = re.findall(r"^\s+s_primary --> s_primary : (.*)$", text, re.M)
     assert len(loops) == 1
@@ -81,7 +75,7 @@ def test_triggers_between_the_same_two_states_collapse_into_one_edge_with_guards
 
 
 def test_last_resort_edges_say_otherwise_and_the_fallback_set_is_named_once():
-    text = diagram.to_dot(declare(policy("a", "b")))
+    text = diagram.to_dot(declare(chain("a", "b")))
     assert "otherwise: fault*" in text
     assert "content_filtered, bad_request" in text
     assert "fault* = transport, rate_limited, quota, overloaded, auth,\\l" in text
@@ -89,7 +83,7 @@ def test_last_resort_edges_say_otherwise_and_the_fallback_set_is_named_once():
 
 
 def test_cancelled_is_drawn_once_not_from_every_state():
-    decl = declare(policy("a", "b", "c"))
+    decl = declare(chain("a", "b", "c"))
     cancels = [t for t in decl.transitions if t.trigger == "cancelled"]
     assert len(cancels) > 10
     mm = diagram.to_mermaid(decl)
@@ -101,17 +95,17 @@ def test_cancelled_is_drawn_once_not_from_every_state():
 
 
 def test_a_diagram_never_shows_a_key():
-    decl = declare(policy("a", "b"))
+    decl = declare(chain("a", "b"))
     for text in (diagram.to_mermaid(decl), diagram.to_dot(decl), diagram.to_markdown(decl)):
-        assert "sk-secret" not in text
-        assert "abcdef" not in text
+        assert KEY_PREFIX not in text
+        assert KEY_TAIL not in text
 
 
 # -- a turn's path ------------------------------------------------------------------------------
 
 
 def test_a_trace_highlights_the_states_visited_and_numbers_the_edges_taken():
-    pol = policy("a", "b")
+    pol = chain("a", "b")
     played = play(pol, ["transport", "transport", "rate_limited", "success"], random=0.5)
     decl = declare(pol)
     mm = diagram.to_mermaid(decl, played.trace)
@@ -145,16 +139,16 @@ def test_a_trace_highlights_the_states_visited_and_numbers_the_edges_taken():
 
 
 def test_a_trace_from_another_policy_is_refused_with_the_step_named():
-    three = play(policy("a", "b", "c"), ["not_found", "not_found", "success"]).trace
+    three = play(chain("a", "b", "c"), ["not_found", "not_found", "success"]).trace
     with pytest.raises(diagram.DiagramError, match=r"trace step 3: state 'fallback_2'"):
-        diagram.to_mermaid(declare(policy("a", "b")), three)
+        diagram.to_mermaid(declare(chain("a", "b")), three)
     bogus = [TraceEvent(1, 0.0, "idle", "success", "done", "Finish")]
     with pytest.raises(diagram.DiagramError, match="idle --success--> done is not declared"):
-        diagram.to_dot(declare(policy("a")), bogus)
+        diagram.to_dot(declare(chain("a")), bogus)
 
 
 def test_markdown_has_a_mermaid_fence_and_the_step_table():
-    pol = policy("a")
+    pol = chain("a")
     played = play(pol, ["overloaded", "success"], random=0.5)
     md = diagram.to_markdown(declare(pol), played.trace, title="a turn")
     assert md.startswith("# a turn\n")
@@ -226,9 +220,9 @@ def test_the_default_policy_has_three_fallbacks_with_two_env_keys_each():
 
 
 def test_a_trace_recorded_with_other_models_is_refused():
-    trace = play(policy("a", "b"), ["not_found", "success"]).trace
+    trace = play(chain("a", "b"), ["not_found", "success"]).trace
     with pytest.raises(diagram.DiagramError, match=r"trace step 1: target primary is model 'a'"):
-        diagram.to_mermaid(declare(policy("x", "y")), trace)
+        diagram.to_mermaid(declare(chain("x", "y")), trace)
 
 
 @pytest.mark.parametrize("page", ["docs/cli.md", "README.md"])

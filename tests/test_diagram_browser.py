@@ -25,6 +25,8 @@ from fsm import Policy, declare, diagram
 from fsm.testing import play
 from providers import gallery
 
+from helpers import chain
+
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,14 +124,10 @@ def render(sources: dict[str, str]) -> tuple[dict[str, str], str]:
 
 def nasty_policy() -> Policy:
     names = ["end", "state.v2", "a-b/c:d", 'q"uote', "x;y#z", "graph<1>"]
-    return Policy.from_dict(
-        {
-            "primary": {"provider": "p-0", "model": names[0], "key_env": "K0"},
-            "fallback_providers": [
-                {"provider": f"p.{i}", "model": m, "key_env": f"K{i}"}
-                for i, m in enumerate(names[1:], 1)
-            ],
-        }
+    return chain(
+        {"model": names[0], "key_env": "K0", "provider": "p-0"},
+        *({"model": m, "key_env": f"K{i}"} for i, m in enumerate(names[1:], 1)),
+        provider="p.{i}",
     )
 
 

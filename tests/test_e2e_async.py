@@ -15,9 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from fsm import Policy, TurnFailed, TurnResult, instant_waits
+from fsm import TurnFailed, TurnResult, instant_waits
 from providers import AsyncFallgate
 from providers.fault_server import FaultServer
+
+from helpers import chain
 
 MSG = [{"role": "user", "content": "hi"}]
 TURNS = 200
@@ -51,16 +53,7 @@ def test_200_concurrent_turns_all_end_correctly_and_leave_nothing_open() -> None
     ]
     script = {"models": {"a": [{"kind": "drop"}] * (2 * TURNS), "b": b_steps}}
     with FaultServer(script) as srv:
-        policy = Policy.from_dict(
-            {
-                "targets": [
-                    {"provider": "f", "model": m, "base_url": srv.base_url, "api_key": f"sk-{m}-x1"}
-                    for m in ("a", "b")
-                ],
-                "max_attempts": 1,
-                "attempt_timeout": 20,
-            }
-        )
+        policy = chain("a", "b", server=srv, max_attempts=1, attempt_timeout=20)
 
         async def main() -> tuple[list[TurnResult | BaseException], dict[str, object]]:
             async with AsyncFallgate(policy) as gate:

@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
-from fsm import Policy, TurnFailed, instant_waits
+from fsm import TurnFailed, instant_waits
 from providers import Fallgate
 from providers.fault_server import FaultServer
+
+from helpers import chain
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -19,14 +21,6 @@ MSG = [{"role": "user", "content": "hi"}]
 def _instant() -> Iterator[None]:
     with instant_waits():
         yield
-
-
-def policy(srv: FaultServer, *models: str, **extra: Any) -> Policy:
-    targets = [
-        {"provider": "fault", "model": m, "base_url": srv.base_url, "api_key": f"sk-test-{m}-09"}
-        for m in models
-    ]
-    return Policy.from_dict({"targets": targets, "attempt_timeout": 0.5, **extra})
 
 
 BROKEN = [
@@ -74,7 +68,10 @@ def test_a_broken_reply_is_classified_and_fails_clearly(
     fault_server: FaultServer, name: str, step: dict[str, Any], event: str, reason: str
 ) -> None:
     fault_server.script({"default": step})
-    with Fallgate(policy(fault_server, "a", max_attempts=2, recover_transport=False)) as gate:
+    policy = chain(
+        "a", server=fault_server, attempt_timeout=0.5, max_attempts=2, recover_transport=False
+    )
+    with Fallgate(policy) as gate:
         with pytest.raises(TurnFailed) as info:
             gate.run(messages=MSG)
     failed = info.value
@@ -90,7 +87,10 @@ def test_a_broken_reply_falls_back_to_a_healthy_target(
     fault_server: FaultServer, name: str, step: dict[str, Any], event: str, reason: str
 ) -> None:
     fault_server.script({"models": {"a": [step]}})
-    with Fallgate(policy(fault_server, "a", "b", max_attempts=1, recover_transport=False)) as g:
+    policy = chain(
+        "a", "b", server=fault_server, attempt_timeout=0.5, max_attempts=1, recover_transport=False
+    )
+    with Fallgate(policy) as g:
         result = g.run(messages=MSG)
     assert result.model == "b"
     assert [e.event for e in result.trace] == ["start", event, "success"]
@@ -100,7 +100,10 @@ def test_a_stream_cut_before_its_first_chunk_is_a_transport_fault(
     fault_server: FaultServer,
 ) -> None:
     fault_server.script({"default": {"kind": "stream", "chunks": 0, "then": "cut"}})
-    with Fallgate(policy(fault_server, "a", max_attempts=2, recover_transport=False)) as gate:
+    policy = chain(
+        "a", server=fault_server, attempt_timeout=0.5, max_attempts=2, recover_transport=False
+    )
+    with Fallgate(policy) as gate:
         with pytest.raises(TurnFailed) as info:
             gate.chat.completions.create(messages=MSG, stream=True)
     assert "transport: connection error (RemoteProtocolError" in info.value.reasons["primary"]
@@ -117,7 +120,9 @@ def test_odd_retry_after_values_are_tolerated(
     rl = {"kind": "status", "status": 429, "headers": {"retry-after": value}}
     fault_server.script({"models": {"a": [rl]}})
     # prefer_waiting: with no fallback the engine may wait for the same key
-    p = policy(fault_server, "a", prefer_waiting=True, retry_after_cap=5)
+    p = chain(
+        "a", server=fault_server, attempt_timeout=0.5, prefer_waiting=True, retry_after_cap=5
+    )
     with Fallgate(p) as gate:
         if value == "1e308":  # a day: beyond the cap, the turn fails rather than sleeping
             with pytest.raises(TurnFailed) as info:

@@ -1,6 +1,6 @@
-"""SPEC section 6, end to end: the real openai SDK over real HTTP against the
-fault server, through `providers.Fallgate`. Each test asserts the path the
-turn took and how many requests every model received."""
+"""The regression scenarios of docs/design.md, end to end: the real openai SDK over
+real HTTP against the fault server, through `providers.Fallgate`. Each test asserts
+the path the turn took and how many requests every model received."""
 
 from __future__ import annotations
 
@@ -15,14 +15,9 @@ from fsm import Policy, Target, TurnFailed, instant_waits
 from providers import Fallgate
 from providers.fault_server import FaultServer
 
+from helpers import chain
+
 MSG = [{"role": "user", "content": "hi"}]
-
-
-def target(srv: FaultServer, model: str, **extra: Any) -> dict[str, Any]:
-    t: dict[str, Any] = {"provider": "zai", "model": model, "base_url": srv.base_url}
-    if "key_env" not in extra:
-        t["api_key"] = f"sk-test-{model}-key"
-    return {**t, **extra}
 
 
 def path(trace: Any) -> list[str]:
@@ -50,13 +45,13 @@ SCENARIO_1 = {
 
 
 def scenario_1_policy(srv: FaultServer) -> Policy:
-    return Policy.from_dict(
-        {
-            "primary": target(srv, "glm-5.1"),
-            "fallback_providers": [target(srv, "glm-4.7", key_env="FG_GLM47_KEY")],
-            "max_attempts": 2,
-            "attempt_timeout": 0.3,
-        }
+    return chain(
+        "glm-5.1",
+        {"model": "glm-4.7", "key_env": "FG_GLM47_KEY"},
+        server=srv,
+        provider="zai",
+        max_attempts=2,
+        attempt_timeout=0.3,
     )
 
 
@@ -136,12 +131,7 @@ def test_scenario_2_retry_after_171_is_not_slept_when_a_fallback_is_healthy(
             }
         }
     )
-    policy = Policy.from_dict(
-        {
-            "primary": target(fault_server, "glm-5.1"),
-            "fallback_providers": [target(fault_server, "glm-4.7")],
-        }
-    )
+    policy = chain("glm-5.1", "glm-4.7", server=fault_server, provider="zai")
     t0 = time.monotonic()
     with Fallgate(policy) as gate:
         result = gate.run(messages=MSG)
@@ -166,12 +156,7 @@ def test_scenario_3_a_403_on_fallback_1_goes_on_to_fallback_2(
             }
         }
     )
-    policy = Policy.from_dict(
-        {
-            "primary": target(fault_server, "a"),
-            "fallback_providers": [target(fault_server, "b"), target(fault_server, "c")],
-        }
-    )
+    policy = chain("a", "b", "c", server=fault_server)
     with Fallgate(policy) as gate:
         result = gate.run(messages=MSG)
     assert result.model == "c"
@@ -186,13 +171,7 @@ def test_scenario_4_a_503_falls_back_at_once_when_the_fallback_is_free(
     fault_server: FaultServer, instant: None
 ) -> None:
     fault_server.script({"models": {"a": [{"kind": "status", "status": 503}] * 3}})
-    policy = Policy.from_dict(
-        {
-            "primary": target(fault_server, "a"),
-            "fallback_providers": [target(fault_server, "b")],
-            "max_attempts": 3,
-        }
-    )
+    policy = chain("a", "b", server=fault_server, max_attempts=3)
     with Fallgate(policy) as gate:
         result = gate.run(messages=MSG)
     assert result.model == "b"
@@ -204,14 +183,7 @@ def test_scenario_4_three_503s_with_prefer_waiting_use_every_attempt_then_fall_b
     fault_server: FaultServer, instant: None
 ) -> None:
     fault_server.script({"models": {"a": [{"kind": "status", "status": 503}] * 3}})
-    policy = Policy.from_dict(
-        {
-            "primary": target(fault_server, "a"),
-            "fallback_providers": [target(fault_server, "b")],
-            "max_attempts": 3,
-            "prefer_waiting": True,
-        }
-    )
+    policy = chain("a", "b", server=fault_server, max_attempts=3, prefer_waiting=True)
     with Fallgate(policy) as gate:
         result = gate.run(messages=MSG)
     assert result.model == "b"
@@ -234,13 +206,7 @@ def test_scenario_5_persistent_401_on_a_one_key_pool_is_bounded_then_falls_back(
     fault_server: FaultServer, instant: None
 ) -> None:
     fault_server.script({"default": {"kind": "status", "status": 401}})
-    policy = Policy.from_dict(
-        {
-            "primary": target(fault_server, "a"),
-            "fallback_providers": [target(fault_server, "b")],
-            "max_attempts": 5,
-        }
-    )
+    policy = chain("a", "b", server=fault_server, max_attempts=5)
     with Fallgate(policy) as gate:
         t0 = time.monotonic()
         with pytest.raises(TurnFailed) as info:
@@ -255,9 +221,7 @@ def test_scenario_5_with_a_healthy_fallback_answers(
     fault_server: FaultServer, instant: None
 ) -> None:
     fault_server.script({"models": {"a": [{"kind": "status", "status": 401}] * 9}})
-    policy = Policy.from_dict(
-        {"primary": target(fault_server, "a"), "fallback_providers": [target(fault_server, "b")]}
-    )
+    policy = chain("a", "b", server=fault_server)
     with Fallgate(policy) as gate:
         assert gate.run(messages=MSG).model == "b"
     assert fault_server.counts == {"a": 1, "b": 1}
@@ -281,15 +245,7 @@ def test_scenario_6_context_too_long_skips_the_smaller_fallback(
         },
     }
     fault_server.script({"models": {"big-8k": [too_long]}})
-    policy = Policy.from_dict(
-        {
-            "primary": target(fault_server, "big-8k", context_length=8192),
-            "fallback_providers": [
-                target(fault_server, "small-4k", context_length=4096),
-                target(fault_server, "huge-128k", context_length=131072),
-            ],
-        }
-    )
+    policy = chain("big-8k@8192", "small-4k@4096", "huge-128k@131072", server=fault_server)
     with Fallgate(policy) as gate:
         result = gate.run(messages=MSG)
     assert result.model == "huge-128k"
@@ -304,9 +260,7 @@ def test_scenario_7_a_stream_broken_after_three_chunks_fails_with_the_partial_te
     fault_server: FaultServer, instant: None
 ) -> None:
     fault_server.script({"models": {"a": [{"kind": "stream", "chunks": 3, "then": "error"}]}})
-    policy = Policy.from_dict(
-        {"primary": target(fault_server, "a"), "fallback_providers": [target(fault_server, "b")]}
-    )
+    policy = chain("a", "b", server=fault_server)
     delivered: list[str] = []
     with Fallgate(policy) as gate:
         with pytest.raises(TurnFailed) as info:

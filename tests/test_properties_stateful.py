@@ -1,4 +1,4 @@
-"""Hypothesis fuzzing of SPEC section 5 beyond the checker's bounds.
+"""Hypothesis fuzzing of the ten properties (docs/design.md) beyond the checker's bounds.
 
 A `RuleBasedStateMachine` builds a random valid policy (0-5 fallbacks, 1-3 keys each,
 1-4 attempts, random backoff, caps, deadlines, cooldowns, rotation, context lengths,
@@ -8,9 +8,10 @@ host's replies, across turns on one health store with time passing between them.
 checker's `Monitor` checks every property on every transition (invariant after each
 step); at teardown the running turn must end within the policy's bound.
 
-A second machine feeds the raw pathological values straight into `Outcome.retry_after`
-(bypassing the parser, against its documented contract) to show the core tolerates
-them: no crash, termination, and the structural properties still hold.
+A second machine hands the raw pathological values straight to `Outcome.retry_after`
+(bypassing the parser, as a host with its own classifier might): `Outcome` sanitises them,
+so the engine sees only None or finite values in [0, MAX_RETRY_AFTER] (checked after
+every step) and every property holds, honest waits included.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from hypothesis.stateful import (
 from fsm import Policy
 from fsm.backoff import parse_retry_after
 from fsm.checker import Monitor, step
-from fsm.outcomes import OutcomeKind
+from fsm.outcomes import MAX_RETRY_AFTER, OutcomeKind
 from fsm.policy import DEFAULT_RULES
 
 _RETRYABLE = {OutcomeKind.TRANSPORT, OutcomeKind.RATE_LIMITED, OutcomeKind.OVERLOADED}
@@ -199,15 +200,24 @@ class TurnsOnOneHealthStore(RuleBasedStateMachine):
 
 
 class RawPathologicalRetryAfter(TurnsOnOneHealthStore):
-    """Raw -5, 0, nan, inf, 1e308 in `Outcome.retry_after` (the parser bypassed)."""
+    """Raw -5, 0, nan, +-inf, 1e308 handed straight to `Outcome(retry_after=...)`, as a
+    host with its own classifier might. `Outcome` sanitises them where it is built, so
+    the engine only ever sees None or a finite value in [0, MAX_RETRY_AFTER]: every
+    property holds, honest waits included, and no cooldown is ever NaN or infinite."""
 
     def retry_after(self, data: st.DataObject) -> float | None:
         return data.draw(st.sampled_from([None, *RAW]))
 
-    def tolerated(self) -> set[str]:
-        # Not-before times computed from NaN/inf are meaningless, so honest waits cannot
-        # be judged; everything structural must still hold.
-        return {"honest_waits"}
+    @invariant()
+    def the_engine_only_sees_sanitised_retry_after_values(self) -> None:
+        s = self.m.turn.s
+        ra = s.outcome.retry_after if s.outcome is not None else None
+        assert ra is None or (math.isfinite(ra) and 0.0 <= ra <= MAX_RETRY_AFTER), ra
+        snap = s.health.snapshot()
+        for table in ("targets", "credentials"):
+            until = snap[table]
+            assert isinstance(until, dict)
+            assert all(math.isfinite(t) for t in until.values()), (table, until)
 
 
 TestTurnsOnOneHealthStore = TurnsOnOneHealthStore.TestCase

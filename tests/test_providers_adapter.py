@@ -17,9 +17,11 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
-from fsm import Policy, Target, TraceEvent, TurnFailed, instant_waits
+from fsm import Target, TraceEvent, TurnFailed, instant_waits
 from providers import AsyncFallgate, Fallgate
 from providers.fault_server import FaultServer
+
+from helpers import chain
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -30,28 +32,11 @@ def _instant() -> Iterator[None]:
         yield
 
 
-def chain(srv: FaultServer, *models: str, **extra: Any) -> Policy:
-    return Policy.from_dict(
-        {
-            "targets": [
-                {
-                    "provider": "fault",
-                    "model": m,
-                    "base_url": srv.base_url,
-                    "api_key": f"sk-test-{m}-000000",
-                }
-                for m in models
-            ],
-            **extra,
-        }
-    )
-
-
 def test_create_returns_the_sdks_chat_completion_from_the_target_model(
     fault_server: FaultServer,
 ) -> None:
     fault_server.script({"models": {"glm-5.1": [{"kind": "answer", "text": "hello there"}]}})
-    with Fallgate(chain(fault_server, "glm-5.1", "glm-4.7")) as gate:
+    with Fallgate(chain("glm-5.1", "glm-4.7", server=fault_server)) as gate:
         reply = gate.chat.completions.create(
             model="ignored-by-fallgate", messages=MSG, temperature=0.25, max_tokens=7
         )
@@ -66,7 +51,8 @@ def test_create_returns_the_sdks_chat_completion_from_the_target_model(
 def test_run_returns_the_turn_result_with_value_and_trace(fault_server: FaultServer) -> None:
     fault_server.script({"models": {"a": [{"kind": "status", "status": 503}]}})
     seen: list[TraceEvent] = []
-    with Fallgate(chain(fault_server, "a", "b", max_attempts=1), on_transition=seen.append) as g:
+    policy = chain("a", "b", server=fault_server, max_attempts=1)
+    with Fallgate(policy, on_transition=seen.append) as g:
         result = g.run(messages=MSG)
     assert isinstance(result.value, ChatCompletion)
     assert (result.state, result.target, result.model, result.attempts) == (
@@ -86,7 +72,7 @@ def test_run_returns_the_turn_result_with_value_and_trace(fault_server: FaultSer
 def test_the_sdk_never_retries_on_its_own(fault_server: FaultServer) -> None:
     # The SDK's default is 2 retries on a 503; the engine allows one attempt here.
     fault_server.script({"default": {"kind": "status", "status": 503}})
-    with Fallgate(chain(fault_server, "a", max_attempts=1)) as gate:
+    with Fallgate(chain("a", server=fault_server, max_attempts=1)) as gate:
         with pytest.raises(TurnFailed):
             gate.run(messages=MSG)
     assert fault_server.count("a") == 1
@@ -101,7 +87,7 @@ def test_a_factory_client_with_retries_on_is_switched_to_zero(fault_server: Faul
         built.append(c)
         return c
 
-    with Fallgate(chain(fault_server, "a", max_attempts=1), client_factory=factory) as gate:
+    with Fallgate(chain("a", server=fault_server, max_attempts=1), client_factory=factory) as gate:
         with pytest.raises(TurnFailed):
             gate.run(messages=MSG)
     assert fault_server.count("a") == 1
@@ -110,7 +96,7 @@ def test_a_factory_client_with_retries_on_is_switched_to_zero(fault_server: Faul
 
 def test_each_attempt_is_bounded_by_the_timeout(fault_server: FaultServer) -> None:
     fault_server.script({"default": {"kind": "timeout", "seconds": 5}})
-    policy = chain(fault_server, "a", max_attempts=1, recover_transport=False)
+    policy = chain("a", server=fault_server, max_attempts=1, recover_transport=False)
     with Fallgate(policy, timeout=0.2) as gate:
         t0 = time.monotonic()
         with pytest.raises(TurnFailed) as info:
@@ -126,7 +112,7 @@ def test_each_attempt_is_bounded_by_the_timeout(fault_server: FaultServer) -> No
 
 
 def test_one_client_per_target_and_credential_is_reused(fault_server: FaultServer) -> None:
-    with Fallgate(chain(fault_server, "a", "b")) as gate:
+    with Fallgate(chain("a", "b", server=fault_server)) as gate:
         for _ in range(3):
             gate.chat.completions.create(messages=MSG)
         assert gate.clients.built == 1
@@ -141,7 +127,7 @@ def test_transport_recovery_closes_and_recreates_the_client(fault_server: FaultS
         clients.append(openai.OpenAI(base_url=target.base_url, api_key=key, max_retries=0))
         return clients[-1]
 
-    policy = chain(fault_server, "a", max_attempts=3, transport_faults_before_recovery=2)
+    policy = chain("a", server=fault_server, max_attempts=3, transport_faults_before_recovery=2)
     with Fallgate(policy, client_factory=factory) as gate:
         result = gate.run(messages=MSG)
         assert [e.dest for e in result.trace] == [
@@ -168,7 +154,7 @@ def test_a_failing_rebuild_falls_back(fault_server: FaultServer) -> None:
             raise OSError("too many open files")
         return openai.OpenAI(base_url=target.base_url, api_key=key, max_retries=0)
 
-    with Fallgate(chain(fault_server, "a", "b"), client_factory=factory) as gate:
+    with Fallgate(chain("a", "b", server=fault_server), client_factory=factory) as gate:
         result = gate.run(messages=MSG)
     assert [e.event for e in result.trace][-3:] == ["transport", "rebuild_failed", "success"]
     assert result.model == "b"
@@ -176,7 +162,7 @@ def test_a_failing_rebuild_falls_back(fault_server: FaultServer) -> None:
 
 def test_close_closes_every_client_and_refuses_new_turns(fault_server: FaultServer) -> None:
     fault_server.script({"models": {"a": [{"kind": "status", "status": 503}]}})
-    gate = Fallgate(chain(fault_server, "a", "b", max_attempts=1))
+    gate = Fallgate(chain("a", "b", server=fault_server, max_attempts=1))
     gate.run(messages=MSG)
     assert gate.clients.open_clients == 2
     gate.close()
@@ -190,13 +176,13 @@ def test_close_closes_every_client_and_refuses_new_turns(fault_server: FaultServ
 def test_a_content_filtered_reply_is_content_filtered(fault_server: FaultServer) -> None:
     step = {"kind": "answer", "text": "", "finish_reason": "content_filter"}
     fault_server.script({"models": {"a": [step, step]}})
-    with Fallgate(chain(fault_server, "a", "b")) as gate:
+    with Fallgate(chain("a", "b", server=fault_server)) as gate:
         with pytest.raises(TurnFailed) as info:
             gate.run(messages=MSG)
         assert "content_filtered" in str(info.value)
         assert isinstance(info.value.last_error, openai.ContentFilterFinishReasonError)
         assert fault_server.count("b") == 0  # default policy: content filtering does not fall back
-    policy = chain(fault_server, "a", "b", rules={"content_filtered": {"fall_back": True}})
+    policy = chain("a", "b", server=fault_server, rules={"content_filtered": {"fall_back": True}})
     with Fallgate(policy) as gate:
         assert gate.run(messages=MSG).model == "b"
 
@@ -207,7 +193,7 @@ def test_a_200_that_is_not_a_chat_completion_is_a_malformed_reply(
     odd = {"kind": "status", "status": 200, "body": {"hello": "world"}}
     text = {"kind": "status", "status": 200, "body": "<html>maintenance</html>"}
     fault_server.script({"models": {"a": [odd, text]}})
-    with Fallgate(chain(fault_server, "a", max_attempts=2)) as gate:
+    with Fallgate(chain("a", server=fault_server, max_attempts=2)) as gate:
         with pytest.raises(TurnFailed) as info:
             gate.run(messages=MSG)
     assert [e.event for e in info.value.trace][1:] == ["overloaded", "waited", "overloaded"]
@@ -215,7 +201,7 @@ def test_a_200_that_is_not_a_chat_completion_is_a_malformed_reply(
 
 
 def test_bad_arguments_are_clear_errors_before_any_request(fault_server: FaultServer) -> None:
-    with Fallgate(chain(fault_server, "a")) as gate:
+    with Fallgate(chain("a", server=fault_server)) as gate:
         with pytest.raises(TypeError, match="messages"):
             gate.chat.completions.create(model="a")
         with pytest.raises(TypeError, match="timeout"):
@@ -227,12 +213,12 @@ def test_bad_arguments_are_clear_errors_before_any_request(fault_server: FaultSe
     with pytest.raises(TypeError, match=r"fsm\.Policy"):
         Fallgate({"primary": {}})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="timeout"):
-        Fallgate(chain(fault_server, "a"), timeout=0)
+        Fallgate(chain("a", server=fault_server), timeout=0)
     assert fault_server.counts == {}
 
 
 def test_an_unknown_create_argument_fails_fast_naming_it(fault_server: FaultServer) -> None:
-    with Fallgate(chain(fault_server, "a", "b")) as gate:
+    with Fallgate(chain("a", "b", server=fault_server)) as gate:
         with pytest.raises(TurnFailed, match="tempreture"):
             gate.run(messages=MSG, tempreture=1)
     assert fault_server.counts == {}
@@ -248,7 +234,7 @@ def test_keyboard_interrupt_aborts_the_turn_and_propagates(fault_server: FaultSe
 
     seen: list[TraceEvent] = []
     gate = Fallgate(
-        chain(fault_server, "a", "b"), on_transition=seen.append, client_factory=factory
+        chain("a", "b", server=fault_server), on_transition=seen.append, client_factory=factory
     )
     with pytest.raises(KeyboardInterrupt):
         gate.run(messages=MSG)
@@ -262,7 +248,7 @@ def test_async_create_and_arun(fault_server: FaultServer) -> None:
     fault_server.script({"models": {"a": [{"kind": "status", "status": 429}]}})
 
     async def main() -> tuple[ChatCompletion, Any]:
-        async with AsyncFallgate(chain(fault_server, "a", "b")) as gate:
+        async with AsyncFallgate(chain("a", "b", server=fault_server)) as gate:
             reply = await gate.chat.completions.create(messages=MSG)
             result = await gate.arun(messages=MSG)
             return reply, result
@@ -281,7 +267,7 @@ def test_async_cancellation_aborts_the_turn_and_releases_the_client(
     seen: list[TraceEvent] = []
 
     async def main() -> None:
-        gate = AsyncFallgate(chain(fault_server, "a", "b"), on_transition=seen.append)
+        gate = AsyncFallgate(chain("a", "b", server=fault_server), on_transition=seen.append)
         task = asyncio.create_task(gate.arun(messages=MSG))
         while fault_server.count("a") == 0:
             await asyncio.sleep(0.01)
@@ -318,7 +304,7 @@ def test_a_rebuild_never_breaks_another_turns_request_in_flight(
     )
 
     async def main() -> tuple[str, str]:
-        async with AsyncFallgate(chain(fault_server, "a", max_attempts=3)) as gate:
+        async with AsyncFallgate(chain("a", server=fault_server, max_attempts=3)) as gate:
             x = asyncio.create_task(gate.arun(messages=MSG))
             while fault_server.count("a") == 0:
                 await asyncio.sleep(0.005)
@@ -337,7 +323,7 @@ def test_one_sync_client_serves_many_threads(fault_server: FaultServer) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     fault_server.script({"models": {"a": [{"kind": "status", "status": 503}] * 10}})
-    with Fallgate(chain(fault_server, "a", "b", max_attempts=1)) as gate:
+    with Fallgate(chain("a", "b", server=fault_server, max_attempts=1)) as gate:
         with ThreadPoolExecutor(8) as pool:
             results = list(pool.map(lambda _: gate.run(messages=MSG), range(40)))
         assert gate.clients.built == 2

@@ -1,6 +1,6 @@
 """providers.classify: what the real openai SDK raises, over real HTTP, becomes an Outcome.
 
-One test (at least) per row of the SPEC section 4 table. Every exception here
+One test (at least) per row of the outcome table in docs/design.md. Every exception here
 is produced by the real SDK talking to the fault server on loopback, except
 cancellation, which no server can produce (constructed directly).
 """
@@ -87,7 +87,7 @@ def status(code: int, body: Any = None, **headers: str) -> dict[str, Any]:
     return step
 
 
-# -- the SPEC section 4 table, row by row --------------------------------------------------------
+# -- the outcome table (docs/design.md), row by row ---------------------------------------------
 
 ROWS = [
     # rate limited

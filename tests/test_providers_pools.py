@@ -9,13 +9,14 @@ target that failed.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from fsm import Policy, TurnFailed, instant_waits
+from fsm import TurnFailed, instant_waits
 from providers import Fallgate
 from providers.fault_server import FaultServer
+
+from helpers import chain
 
 MSG = [{"role": "user", "content": "hi"}]
 K1, K2 = "sk-test-primary-one-111111", "sk-test-primary-two-222222"
@@ -27,10 +28,6 @@ def _instant() -> Iterator[None]:
         yield
 
 
-def target(srv: FaultServer, model: str, **creds: Any) -> dict[str, Any]:
-    return {"provider": "fault", "model": model, "base_url": srv.base_url, **creds}
-
-
 def keys_seen(srv: FaultServer, model: str) -> list[str | None]:
     return [r.api_key for r in srv.requests if r.model == model]
 
@@ -38,9 +35,7 @@ def keys_seen(srv: FaultServer, model: str) -> list[str | None]:
 @pytest.mark.parametrize("status", [401, 429])
 def test_two_keys_on_the_primary_rotate(fault_server: FaultServer, status: int) -> None:
     fault_server.script({"models": {"a": [{"kind": "status", "status": status}]}})
-    policy = Policy.from_dict(
-        {"primary": target(fault_server, "a", api_keys=[K1, K2]), "fallback_providers": []}
-    )
+    policy = chain({"model": "a", "api_keys": [K1, K2]}, server=fault_server)
     with Fallgate(policy) as gate:
         result = gate.run(messages=MSG)
     assert keys_seen(fault_server, "a") == [K1, K2]
@@ -51,12 +46,7 @@ def test_persistent_401_on_both_keys_rotates_once_then_falls_back(
     fault_server: FaultServer,
 ) -> None:
     fault_server.script({"models": {"a": [{"kind": "status", "status": 401}] * 5}})
-    policy = Policy.from_dict(
-        {
-            "primary": target(fault_server, "a", api_keys=[K1, K2]),
-            "fallback_providers": [target(fault_server, "b", api_key="sk-test-fallback-333")],
-        }
-    )
+    policy = chain({"model": "a", "api_keys": [K1, K2]}, "b", server=fault_server)
     with Fallgate(policy) as gate:
         assert gate.run(messages=MSG).model == "b"
     assert keys_seen(fault_server, "a") == [K1, K2]
@@ -76,12 +66,11 @@ def test_a_429_on_a_fallback_never_benches_the_primarys_keys(
             }
         }
     )
-    policy = Policy.from_dict(
-        {
-            "primary": target(fault_server, "a", key_env="FG_SHARED_KEY"),
-            "fallback_providers": [target(fault_server, "b", key_env="FG_SHARED_KEY")],
-            "max_attempts": 2,
-        }
+    policy = chain(
+        {"model": "a", "key_env": "FG_SHARED_KEY"},
+        {"model": "b", "key_env": "FG_SHARED_KEY"},
+        server=fault_server,
+        max_attempts=2,
     )
     with Fallgate(policy) as gate:
         with pytest.raises(TurnFailed) as info:
@@ -97,8 +86,8 @@ def test_a_429_on_a_fallback_never_benches_the_primarys_keys(
 
 
 def test_round_robin_spreads_turns_over_the_pool(fault_server: FaultServer) -> None:
-    policy = Policy.from_dict(
-        {"primary": target(fault_server, "a", api_keys=[K1, K2], rotation="round_robin")}
+    policy = chain(
+        {"model": "a", "api_keys": [K1, K2], "rotation": "round_robin"}, server=fault_server
     )
     with Fallgate(policy) as gate:
         for _ in range(4):
@@ -111,12 +100,7 @@ def test_a_missing_env_var_names_the_variable_and_falls_back(
     fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("FG_UNSET_KEY", raising=False)
-    policy = Policy.from_dict(
-        {
-            "primary": target(fault_server, "a", key_env="FG_UNSET_KEY"),
-            "fallback_providers": [target(fault_server, "b", api_key="sk-test-fallback-555")],
-        }
-    )
+    policy = chain({"model": "a", "key_env": "FG_UNSET_KEY"}, "b", server=fault_server)
     with Fallgate(policy) as gate:
         result = gate.run(messages=MSG)
         assert result.model == "b"
@@ -130,7 +114,7 @@ def test_a_missing_env_var_with_no_fallback_fails_naming_it(
     fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("FG_UNSET_KEY", raising=False)
-    policy = Policy.from_dict({"primary": target(fault_server, "a", key_env="FG_UNSET_KEY")})
+    policy = chain({"model": "a", "key_env": "FG_UNSET_KEY"}, server=fault_server)
     with Fallgate(policy) as gate:
         with pytest.raises(TurnFailed) as info:
             gate.run(messages=MSG)
@@ -146,7 +130,7 @@ def test_keys_are_read_at_use_time(
     fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FG_ROTATING_KEY", "sk-test-old-777777")
-    policy = Policy.from_dict({"primary": target(fault_server, "a", key_env="FG_ROTATING_KEY")})
+    policy = chain({"model": "a", "key_env": "FG_ROTATING_KEY"}, server=fault_server)
     with Fallgate(policy) as gate:
         gate.run(messages=MSG)
         monkeypatch.setenv("FG_ROTATING_KEY", "sk-test-new-888888")
@@ -163,7 +147,7 @@ def test_no_key_ever_reaches_an_error_or_trace(fault_server: FaultServer) -> Non
         "body": {"error": {"message": f"Incorrect API key provided: {K1}", "type": "auth"}},
     }
     fault_server.script({"default": echo})
-    policy = Policy.from_dict({"primary": target(fault_server, "a", api_keys=[K1, K2])})
+    policy = chain({"model": "a", "api_keys": [K1, K2]}, server=fault_server)
     with Fallgate(policy) as gate:
         with pytest.raises(TurnFailed) as info:
             gate.run(messages=MSG)

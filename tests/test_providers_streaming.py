@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
-from fsm import Policy, TraceEvent, TurnFailed, instant_waits
+from fsm import TraceEvent, TurnFailed, instant_waits
 from providers import AsyncFallgate, Fallgate
 from providers.fault_server import FaultServer
+
+from helpers import chain
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -23,21 +25,13 @@ def _instant() -> Iterator[None]:
         yield
 
 
-def chain(srv: FaultServer, *models: str, **extra: Any) -> Policy:
-    targets = [
-        {"provider": "fault", "model": m, "base_url": srv.base_url, "api_key": f"sk-test-{m}-01"}
-        for m in models
-    ]
-    return Policy.from_dict({"targets": targets, **extra})
-
-
 def text(chunks: list[ChatCompletionChunk]) -> str:
     return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
 def test_a_healthy_stream_yields_the_sdks_chunks(fault_server: FaultServer) -> None:
     fault_server.script({"models": {"a": [{"kind": "stream", "chunks": 4, "then": "done"}]}})
-    with Fallgate(chain(fault_server, "a", "b")) as gate:
+    with Fallgate(chain("a", "b", server=fault_server)) as gate:
         with gate.chat.completions.create(messages=MSG, stream=True) as stream:
             chunks = list(stream)
         assert all(isinstance(c, ChatCompletionChunk) for c in chunks)
@@ -65,7 +59,7 @@ def test_a_failure_before_the_first_chunk_falls_back(
     fault_server.script(
         {"models": {"a": [failure] * 5, "b": [{"kind": "answer", "text": "from b"}]}}
     )
-    policy = chain(fault_server, "a", "b", max_attempts=1, recover_transport=False)
+    policy = chain("a", "b", server=fault_server, max_attempts=1, recover_transport=False)
     with Fallgate(policy) as gate:
         stream = gate.chat.completions.create(messages=MSG, stream=True)
         chunks = list(stream)
@@ -78,7 +72,7 @@ def test_a_failure_before_the_first_chunk_is_retried_on_the_same_target(
     fault_server: FaultServer,
 ) -> None:
     fault_server.script({"models": {"a": [{"kind": "stream", "chunks": 0, "then": "error"}]}})
-    with Fallgate(chain(fault_server, "a", max_attempts=2)) as gate:
+    with Fallgate(chain("a", server=fault_server, max_attempts=2)) as gate:
         chunks = list(gate.chat.completions.create(messages=MSG, stream=True))
     assert text(chunks) == "ok"
     assert fault_server.counts == {"a": 2}
@@ -88,7 +82,7 @@ def test_a_failure_before_the_first_chunk_falls_back_at_once_when_a_fallback_is_
     fault_server: FaultServer,
 ) -> None:
     fault_server.script({"models": {"a": [{"kind": "stream", "chunks": 0, "then": "error"}]}})
-    with Fallgate(chain(fault_server, "a", "b", max_attempts=2)) as gate:
+    with Fallgate(chain("a", "b", server=fault_server, max_attempts=2)) as gate:
         chunks = list(gate.chat.completions.create(messages=MSG, stream=True))
     assert text(chunks) == "ok"
     assert fault_server.counts == {"a": 1, "b": 1}
@@ -100,7 +94,7 @@ def test_a_stream_broken_after_three_chunks_is_committed(
 ) -> None:
     fault_server.script({"models": {"a": [{"kind": "stream", "chunks": 3, "then": then}]}})
     got: list[ChatCompletionChunk] = []
-    with Fallgate(chain(fault_server, "a", "b", max_attempts=3)) as gate:
+    with Fallgate(chain("a", "b", server=fault_server, max_attempts=3)) as gate:
         with pytest.raises(TurnFailed) as info:
             for chunk in gate.chat.completions.create(messages=MSG, stream=True):
                 got.append(chunk)
@@ -118,8 +112,8 @@ def test_continuation_mode_resends_with_the_delivered_text_as_prefix(
 ) -> None:
     fault_server.script({"models": {"a": [{"kind": "stream", "chunks": 2, "then": "cut"}]}})
     policy = chain(
-        fault_server,
         "a",
+        server=fault_server,
         continue_streams=True,
         rules={"stream_interrupted": {"retry": True}},
     )
@@ -133,7 +127,7 @@ def test_continuation_mode_resends_with_the_delivered_text_as_prefix(
 def test_closing_a_stream_early_aborts_the_turn(fault_server: FaultServer) -> None:
     fault_server.script({"models": {"a": [{"kind": "stream", "chunks": 50, "then": "done"}]}})
     seen: list[TraceEvent] = []
-    with Fallgate(chain(fault_server, "a"), on_transition=seen.append) as gate:
+    with Fallgate(chain("a", server=fault_server), on_transition=seen.append) as gate:
         with gate.chat.completions.create(messages=MSG, stream=True) as stream:
             next(stream)
             next(stream)
@@ -144,7 +138,7 @@ def test_closing_a_stream_early_aborts_the_turn(fault_server: FaultServer) -> No
 
 def test_a_turn_that_fails_before_any_chunk_raises_from_create(fault_server: FaultServer) -> None:
     fault_server.script({"default": {"kind": "status", "status": 400}})
-    with Fallgate(chain(fault_server, "a", "b")) as gate:
+    with Fallgate(chain("a", "b", server=fault_server)) as gate:
         with pytest.raises(TurnFailed) as info:
             gate.chat.completions.create(messages=MSG, stream=True)
     assert info.value.partial is None
@@ -164,7 +158,7 @@ def test_async_streams_fall_back_before_and_commit_after_the_first_chunk(
             }
         }
     )
-    policy = chain(fault_server, "a", "b", max_attempts=1, recover_transport=False)
+    policy = chain("a", "b", server=fault_server, max_attempts=1, recover_transport=False)
 
     async def main() -> tuple[str, list[str], TurnFailed]:
         async with AsyncFallgate(policy) as gate:
@@ -187,6 +181,7 @@ def test_async_stream_cancellation_aborts(fault_server: FaultServer) -> None:
     step = {"kind": "stream", "chunks": 2, "then": "hang", "seconds": 5}
     fault_server.script({"models": {"a": [step]}})
     seen: list[TraceEvent] = []
+    policy = chain("a", server=fault_server)
 
     async def consume(gate: AsyncFallgate, got: list[str]) -> None:
         async for c in await gate.chat.completions.create(messages=MSG, stream=True):
@@ -194,7 +189,7 @@ def test_async_stream_cancellation_aborts(fault_server: FaultServer) -> None:
 
     async def main() -> list[str]:
         got: list[str] = []
-        async with AsyncFallgate(chain(fault_server, "a"), on_transition=seen.append) as gate:
+        async with AsyncFallgate(policy, on_transition=seen.append) as gate:
             task = asyncio.create_task(consume(gate, got))
             while len(got) < 2:
                 await asyncio.sleep(0.01)

@@ -1,0 +1,97 @@
+"""The one way tests build a policy: a chain of models, with made-up keys.
+
+    chain("glm-5.1", "glm-4.7", max_attempts=2)        # primary + one fallback
+    chain("big@8192", "small@4096", "huge@128000")     # "@n": the entry's context_length
+    chain(*numbered(3), keys=2)                        # m0, m1, m2; two keys each
+    chain("a", {"model": "b", "key_env": "FG_KEY"})    # a dict sets any target field
+    chain("a", "b", server=fault_server)               # both served by the fault server
+
+Entry `i` gets provider ``p{i}`` (override with ``provider=``, which may use ``{i}``) and,
+unless its dict names credentials, ``keys`` made-up API keys (`key(i, k)`, all between
+`KEY_PREFIX` and `KEY_TAIL`, so a test can assert that no key leaked). Every other keyword is a
+policy field (``max_attempts=2``, ``rules={...}``). The result goes through
+`Policy.from_dict`, so it is validated exactly like a user's policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fsm import Policy
+
+#: Every made-up key starts with KEY_PREFIX and ends with KEY_TAIL: a text holding
+#: neither shows no key, not even a partly masked one ("sk-...0f1e2d3c4b5a").
+KEY_PREFIX = "sk-fallgate-test"
+KEY_TAIL = "0f1e2d3c4b5a"
+
+_CREDENTIALS = ("api_key", "api_keys", "key_env", "key_envs")
+
+Model = str | Mapping[str, Any]
+
+
+def key(i: int, k: int = 0) -> str:
+    """Made-up API key number `k` (0-based) of chain entry `i`."""
+    return f"{KEY_PREFIX}-{i}-{k}-{KEY_TAIL}"
+
+
+def numbered(n: int) -> tuple[str, ...]:
+    """Model names ``m0`` .. ``m{n-1}``: a primary and n-1 fallbacks."""
+    return tuple(f"m{i}" for i in range(n))
+
+
+def target(
+    model: Model,
+    i: int = 0,
+    *,
+    keys: int = 1,
+    provider: str = "p{i}",
+    base_url: str | None = None,
+) -> dict[str, Any]:
+    """Chain entry `i` as a policy dict (the ``fallback_providers`` shape)."""
+    fields: dict[str, Any]
+    if isinstance(model, str):
+        name, _, ctx = model.partition("@")
+        fields = {"model": name}
+        if ctx:
+            fields["context_length"] = int(ctx)
+    else:
+        fields = dict(model)
+    entry: dict[str, Any] = {"provider": provider.format(i=i)}
+    if base_url is not None:
+        entry["base_url"] = base_url
+    entry.update(fields)
+    if not any(field in entry for field in _CREDENTIALS):
+        entry["api_keys"] = [key(i, k) for k in range(keys)]
+    return entry
+
+
+def chain(
+    *models: Model,
+    keys: int | Sequence[int] = 1,
+    provider: str | None = None,
+    base_url: str | None = None,
+    server: Any = None,
+    **policy_fields: Any,
+) -> Policy:
+    """A validated policy: `models[0]` is the primary, the rest the fallbacks in order.
+
+    `keys` is the pool size of every entry, or one size per entry. `server` (anything
+    with a ``base_url``, such as the fault server) points every entry at it, with
+    provider ``fault`` unless `provider` says otherwise.
+    """
+    if not models:
+        raise ValueError("chain() needs at least one model (the primary)")
+    sizes = [keys] * len(models) if isinstance(keys, int) else list(keys)
+    if len(sizes) != len(models):
+        raise ValueError(f"keys: {len(sizes)} pool sizes for {len(models)} models")
+    if server is not None:
+        base_url = server.base_url
+        provider = provider or "fault"
+    entries = [
+        target(m, i, keys=sizes[i], provider=provider or "p{i}", base_url=base_url)
+        for i, m in enumerate(models)
+    ]
+    return Policy.from_dict(
+        {"primary": entries[0], "fallback_providers": entries[1:], **policy_fields}
+    )
