@@ -1,4 +1,4 @@
-"""What the core asks its host to do next (SPEC section 2).
+"""What the core asks its host to do next.
 
 Drivers carry these out and feed back what happened: an `Outcome` after an
 `Attempt`, `waited` after a `Wait`, `rebuilt`/`rebuild_failed` after a

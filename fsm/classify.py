@@ -71,7 +71,7 @@ def classify_status(
     now: float | None = None,
     error: BaseException | None = None,
 ) -> Outcome:
-    """Map an HTTP error response to an outcome (SPEC section 4 table)."""
+    """Map an HTTP error response to an outcome (the outcome table in docs/design.md)."""
     text = _body_text(body)
     ra = parse_retry_after(headers, text, now if now is not None else time.time())
     hint = body_kind(text)

@@ -1,4 +1,4 @@
-"""What the `openai` SDK raises, classified into `fsm.Outcome`s (SPEC section 4).
+"""What the `openai` SDK raises, classified into `fsm.Outcome`s.
 
 The generic status/header/body rules live in `fsm.classify.classify_status`
 and `fsm.backoff.parse_retry_after`; this module only knows the SDK's

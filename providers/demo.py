@@ -1,4 +1,4 @@
-"""`fallgate demo`: SPEC scenarios with the real `openai` SDK against the fault server.
+"""`fallgate demo`: the regression scenarios, real `openai` SDK, embedded fault server.
 
 Starts the embedded fault server on loopback, plays each scenario's script
 through `providers.Fallgate` (real HTTP, real timeouts, real sleeps — kept
@@ -76,7 +76,7 @@ _CTX_ERROR = {
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         name="scenario-1",
-        title="SPEC 1: a 429 after two timeouts and a client rebuild still falls back",
+        title="Scenario 1: a 429 after two timeouts and a client rebuild still falls back",
         chain=(("glm-5.1", None), ("glm-4.7", None)),
         script={
             "glm-5.1": [
@@ -93,7 +93,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="retry-after",
-        title="SPEC 2: 429 with Retry-After: 171 on the primary; the healthy fallback answers now",
+        title="Scenario 2: 429 with Retry-After: 171 on the primary; the fallback answers now",
         chain=(("gpt-4.1", None), ("glm-4.7", None)),
         script={
             "gpt-4.1": [{"kind": "status", "status": 429, "headers": {"retry-after": "171"}}],
@@ -104,7 +104,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="overloaded",
-        title="SPEC 4: 503 on the primary (scripted 3x, 3 attempts allowed); the free fallback "
+        title="Scenario 4: 503 on the primary (scripted 3x, 3 attempts allowed); the free fallback "
         "answers at once",
         chain=(("gpt-4.1", None), ("glm-4.7", None)),
         script={
@@ -117,7 +117,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="context-too-long",
-        title="SPEC 6: context too long on the 8k primary; skips the 4k fallback, 128k answers",
+        title="Scenario 6: context too long on the 8k primary; skips the 4k fallback, 128k answers",
         chain=(("small-8k", 8192), ("tiny-4k", 4096), ("large-128k", 131072)),
         script={
             "small-8k": [{"kind": "status", "status": 400, "body": _CTX_ERROR}],
@@ -129,7 +129,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="stream-broken",
-        title="SPEC 7: a stream breaks after three chunks were delivered; no replay",
+        title="Scenario 7: a stream breaks after three chunks were delivered; no replay",
         chain=(("gpt-4.1", None), ("glm-4.7", None)),
         script={
             "gpt-4.1": [

@@ -4,7 +4,7 @@
 tests regenerate them in memory and fail when a committed file is stale.
 
 * ``turn-machine.{md,mmd,dot,svg}``: the default policy's machine;
-* ``scenario-1.{md,dot,svg}``: SPEC scenario 1's path, highlighted, produced by
+* ``scenario-1.{md,dot,svg}``: Scenario 1's path, highlighted, produced by
   running the scenario on the pure core with scripted outcomes (no network);
   ``scenario-1.toml`` and ``scenario-1.trace.jsonl`` are its policy and trace,
   so ``fallgate diagram diagrams/scenario-1.toml --trace
@@ -28,7 +28,7 @@ from fsm.testing import FakeClock, play
 
 DIAGRAMS: Final = Path(__file__).resolve().parent.parent / "diagrams"
 
-#: SPEC scenario 1's chain: glm-5.1 -> glm-4.7, two attempts per target.
+#: Scenario 1's chain: glm-5.1 -> glm-4.7, two attempts per target.
 SCENARIO_1_POLICY: Final[dict[str, Any]] = {
     "max_attempts": 2,
     "primary": {
@@ -48,7 +48,7 @@ SCENARIO_1_POLICY: Final[dict[str, Any]] = {
 }
 
 SCENARIO_1_TOML: Final = """\
-# SPEC scenario 1: chain glm-5.1 -> glm-4.7, at most 2 attempts per target.
+# Scenario 1: chain glm-5.1 -> glm-4.7, at most 2 attempts per target.
 max_attempts = 2
 
 [primary]
@@ -65,7 +65,7 @@ key_env = "ZAI_API_KEY"
 """
 
 SCENARIO_1_INTRO: Final = """\
-SPEC scenario 1, played on the pure core with scripted outcomes. An earlier turn
+Scenario 1, played on the pure core with scripted outcomes. An earlier turn
 left the fallback's client unbuildable for a moment (its rebuild failed); in this
 turn the primary times out twice, its client is rebuilt (transport recovery), and
 then it answers 429. The 429 falls back to glm-4.7, which answers.
@@ -88,7 +88,7 @@ def scenario_1_policy() -> Policy:
 
 
 def scenario_1_trace() -> tuple[TraceEvent, ...]:
-    """The trace of SPEC scenario 1's turn, on the pure core (deterministic)."""
+    """The trace of Scenario 1's turn, on the pure core (deterministic)."""
     policy = scenario_1_policy()
     health, clock = HealthStore(), FakeClock()
     # The earlier turn: rate limited on the primary, the fallback's client could
@@ -148,11 +148,11 @@ def sources() -> dict[str, str]:
         "scenario-1.md": diagram.to_markdown(
             s1,
             trace,
-            title="SPEC scenario 1: a 429 after recovery still falls back",
+            title="Scenario 1: a 429 after recovery still falls back",
             intro=SCENARIO_1_INTRO,
         ),
         "scenario-1.dot": diagram.to_dot(
-            s1, trace, title="SPEC scenario 1: a 429 after timeouts and recovery falls back"
+            s1, trace, title="Scenario 1: a 429 after timeouts and recovery falls back"
         ),
         "scenario-1.toml": SCENARIO_1_TOML,
         "scenario-1.trace.jsonl": to_jsonl(trace),
