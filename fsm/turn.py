@@ -727,10 +727,12 @@ class _TurnBase:
         random: Callable[[], float] | None = None,
         on_transition: Hook | None = None,
     ) -> None:
+        """`clock` (seconds, e.g. a `fsm.Clock`'s ``now``) defaults to the
+        `fsm.clock.default_clock()` in force when the turn is built."""
         self.s = TurnState(
             policy,
             health if health is not None else _default_health(policy),
-            clock or _clock.now,
+            clock if clock is not None else _clock.default_clock().now,
             random or _random.random,
             on_transition,
         )

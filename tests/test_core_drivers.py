@@ -13,6 +13,7 @@ from fsm import (
     TraceEvent,
     TransitionsTurn,
     TurnFailed,
+    VirtualClock,
     arun,
     instant_waits,
     run,
@@ -125,16 +126,61 @@ async def test_an_async_turn_cancelled_during_a_30s_wait_aborts_within_100ms():
     assert events[-1].dest == "aborted"
 
 
-def test_keyboard_interrupt_during_a_wait_aborts_the_turn_and_propagates():
-    events: list[TraceEvent] = []
+class InterruptedClock(VirtualClock):
+    """A clock whose every sleep is interrupted by Ctrl-C."""
 
-    def sleep(seconds: float) -> None:
+    def sleep(self, seconds: float) -> None:
         raise KeyboardInterrupt
 
+
+def test_keyboard_interrupt_during_a_wait_aborts_the_turn_and_propagates():
+    events: list[TraceEvent] = []
     call, _ = scripted(TimeoutError(), "never")
     with pytest.raises(KeyboardInterrupt):
-        run(two_targets(), call, health=HealthStore(), sleep=sleep, on_transition=events.append)
-    assert events[-1].dest == "aborted"
+        run(
+            two_targets(),
+            call,
+            health=HealthStore(),
+            clock=InterruptedClock(),
+            on_transition=events.append,
+        )
+    assert [e.dest for e in events] == ["primary", "primary_timing_out", "aborted"]
+
+
+def test_keyboard_interrupt_during_an_attempt_aborts_the_turn_and_propagates():
+    events: list[TraceEvent] = []
+    call, _ = scripted(KeyboardInterrupt(), "never")
+    with pytest.raises(KeyboardInterrupt):
+        run(two_targets(), call, health=HealthStore(), on_transition=events.append)
+    assert [e.dest for e in events] == ["primary", "aborted"]
+
+
+def test_a_virtual_clock_carries_the_waits_and_the_trace_times_of_run_and_arun():
+    policy = Policy.from_dict(
+        {"primary": {"provider": "p", "model": "m", "api_key": "sk-1234"}, "retry_after_cap": 60}
+    )
+    for driver in ("run", "arun"):
+        clock = VirtualClock(start=50.0)
+        call, calls = scripted(Status(429, {"retry-after": "20"}), "ok")
+        t0 = time.perf_counter()
+        if driver == "run":
+            result = run(policy, call, health=HealthStore(), clock=clock)
+        else:
+
+            async def acall(target, credential, call=call):
+                return call(target, credential)
+
+            result = asyncio.run(arun(policy, acall, health=HealthStore(), clock=clock))
+        assert time.perf_counter() - t0 < 1.0, driver
+        assert clock.now() == pytest.approx(70.0, abs=0.05), driver
+        assert result.trace[-1].time == pytest.approx(20.0, abs=0.05), driver
+        assert calls == ["m", "m"], driver
+
+
+def test_a_clock_that_is_not_a_clock_is_refused_by_name():
+    call, _ = scripted("ok")
+    with pytest.raises(TypeError, match=r"clock must be an fsm\.Clock .* got function"):
+        run(two_targets(), call, health=HealthStore(), clock=lambda: 0.0)  # type: ignore[arg-type]
 
 
 def test_instant_waits_take_no_real_time_but_keep_cooldowns_honest():
