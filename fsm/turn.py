@@ -62,21 +62,6 @@ class ProtocolError(RuntimeError):
     """The host fed an event the machine does not declare in the current state."""
 
 
-def _default_health(policy: Policy) -> HealthStore:
-    cache = _cache(policy)
-    h = cache.get("health")
-    if not isinstance(h, HealthStore):
-        with _LOCK:
-            h = cache.get("health")
-            if not isinstance(h, HealthStore):
-                h = HealthStore()
-                cache["health"] = h
-    return h
-
-
-_LOCK = threading.Lock()
-
-
 class TurnState:
     """All per-turn facts. Created fresh for every turn."""
 
@@ -727,11 +712,12 @@ class _TurnBase:
         random: Callable[[], float] | None = None,
         on_transition: Hook | None = None,
     ) -> None:
-        """`clock` (seconds, e.g. a `fsm.Clock`'s ``now``) defaults to the
+        """`health` defaults to the process-wide `fsm.health.DEFAULT` (shared by every
+        turn given no store); `clock` (seconds, e.g. a `fsm.Clock`'s ``now``) to the
         `fsm.clock.default_clock()` in force when the turn is built."""
         self.s = TurnState(
             policy,
-            health if health is not None else _default_health(policy),
+            health if health is not None else HealthStore.default(),
             clock if clock is not None else _clock.default_clock().now,
             random or _random.random,
             on_transition,
