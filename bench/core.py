@@ -80,7 +80,8 @@ def _script(outcomes: tuple[Outcome, ...]) -> Callable[[Attempt], Outcome]:
     return lambda a: outcomes[a.number - 1]
 
 
-_SCRIPTS = {o: _script(o) for o in (FAULT_OUTCOMES, HAPPY_OUTCOMES)}
+FAULT_SCRIPT_CORE = _script(FAULT_OUTCOMES)
+HAPPY_SCRIPT_CORE = _script(HAPPY_OUTCOMES)
 
 
 class Script:
@@ -110,7 +111,7 @@ def _nosleep(_: float) -> None:
 def _drive_core(
     engine: type[Any],
     policy: Policy,
-    outcomes: tuple[Outcome, ...],
+    attempt: Callable[[Attempt], Outcome],
     health: HealthStore | None,
     clock: VirtualClock,
 ) -> Any:
@@ -122,7 +123,7 @@ def _drive_core(
         clock=clock.now,
         random=random.random,
     )
-    end = next(host_loop(turn, clock=clock, attempt=_SCRIPTS[outcomes]))
+    end = next(host_loop(turn, clock=clock, attempt=attempt))
     if type(end) is not Finish:
         raise RuntimeError(f"benchmark turn failed: {end}")
     return turn
@@ -196,23 +197,23 @@ def systems(
         return one
 
     out: dict[str, Callable[[], object]] = {
-        "fallgate_happy": lambda: _drive_core(Turn, policy, HAPPY_OUTCOMES, shared, clock),
+        "fallgate_happy": lambda: _drive_core(Turn, policy, HAPPY_SCRIPT_CORE, shared, clock),
         "tenacity_happy": reset_then(happy, tenacity_happy),
         "bare_loop_happy": reset_then(happy, lambda: _bare_loop(happy, targets)),
         "fallgate_run_happy": reset_then(
             happy, lambda: run(policy, happy, health=shared, clock=clock)
         ),
         "transitions_happy": lambda: _drive_core(
-            TransitionsTurn, policy, HAPPY_OUTCOMES, shared, clock
+            TransitionsTurn, policy, HAPPY_SCRIPT_CORE, shared, clock
         ),
-        "fallgate_fault": lambda: _drive_core(Turn, policy, FAULT_OUTCOMES, None, clock),
+        "fallgate_fault": lambda: _drive_core(Turn, policy, FAULT_SCRIPT_CORE, None, clock),
         "tenacity_fault": reset_then(fault, tenacity_fault),
         "bare_loop_fault": reset_then(fault, lambda: _bare_loop(fault, targets)),
         "fallgate_run_fault": reset_then(
             fault, lambda: run(policy, fault, health=HealthStore(), clock=clock)
         ),
         "transitions_fault": lambda: _drive_core(
-            TransitionsTurn, policy, FAULT_OUTCOMES, None, clock
+            TransitionsTurn, policy, FAULT_SCRIPT_CORE, None, clock
         ),
     }
 
