@@ -156,6 +156,9 @@ class Fallgate(_Base):
     (target, credential); the default is `openai.OpenAI` with the target's
     base_url and ``max_retries=0`` (a factory's client with retries on is
     switched to 0). Close it (or use ``with``) to close every client.
+    ``health`` defaults to a store of this client's own; ``clock`` (an
+    `fsm.Clock`, e.g. `fsm.VirtualClock()` in tests) is what every turn and
+    stream of the client waits on.
     """
 
     def __init__(
