@@ -1,11 +1,11 @@
 """Core overhead: µs per turn of the pure core beside tenacity and a bare loop.
 
 Every system makes the same attempts against the same script and none of them
-really waits: fallgate's core is fed scripted outcomes with an injected clock
-(waits advance it), `fsm.run` gets a no-op sleep, tenacity's `sleep` is a no-op,
-the hand-written loop calls the same no-op. The faulty turn is regression scenario
-1's (docs/design.md): timeout, timeout, transport recovery, 429, fallback, success
-(4 attempts).
+really waits: fallgate's core runs on its host loop (`fsm.host_loop`) fed
+scripted outcomes, on a virtual clock (waits advance it); `fsm.run` gets the
+same virtual clock; tenacity's `sleep` is a no-op, the hand-written loop calls
+the same no-op. The faulty turn is regression scenario 1's (docs/design.md):
+timeout, timeout, transport recovery, 429, fallback, success (4 attempts).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from fsm import (
     Outcome,
     OutcomeKind,
     Policy,
-    Rebuild,
     Target,
     TransitionsTurn,
     Turn,
-    Wait,
+    VirtualClock,
+    host_loop,
     run,
 )
 
@@ -75,6 +75,15 @@ FAULT_OUTCOMES = (
 HAPPY_OUTCOMES = (Outcome(OutcomeKind.SUCCESS, value="ok"),)
 
 
+def _script(outcomes: tuple[Outcome, ...]) -> Callable[[Attempt], Outcome]:
+    """The remote side for the pure core: attempt k of a turn comes to `outcomes[k]`."""
+    return lambda a: outcomes[a.number - 1]
+
+
+FAULT_SCRIPT_CORE = _script(FAULT_OUTCOMES)
+HAPPY_SCRIPT_CORE = _script(HAPPY_OUTCOMES)
+
+
 class Script:
     """The remote side: attempt k raises `steps[k]` (None answers "ok")."""
 
@@ -95,18 +104,6 @@ class Script:
         return "ok"
 
 
-class Clock:
-    """Injected clock; the host advances it for every Wait."""
-
-    __slots__ = ("t",)
-
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def _nosleep(_: float) -> None:
     return None
 
@@ -114,32 +111,22 @@ def _nosleep(_: float) -> None:
 def _drive_core(
     engine: type[Any],
     policy: Policy,
-    outcomes: tuple[Outcome, ...],
+    attempt: Callable[[Attempt], Outcome],
     health: HealthStore | None,
-    clock: Clock,
+    clock: VirtualClock,
 ) -> Any:
-    """The host loop of the sans-IO protocol, as a user with their own transport writes it."""
+    """One turn of the sans-IO core on fallgate's host loop, as a user with their own
+    transport runs it: each attempt's outcome comes from the script."""
     turn = engine(
         policy,
         health=health if health is not None else HealthStore(),
-        clock=clock,
+        clock=clock.now,
         random=random.random,
     )
-    a = turn.start()
-    i = 0
-    while True:
-        if type(a) is Attempt:
-            a = turn.feed(outcomes[i])
-            i += 1
-        elif type(a) is Wait:
-            clock.t += a.seconds
-            a = turn.waited()
-        elif type(a) is Rebuild:
-            a = turn.rebuilt(True)
-        elif type(a) is Finish:
-            return turn
-        else:
-            raise RuntimeError(f"benchmark turn failed: {a}")
+    end = next(host_loop(turn, clock=clock, attempt=attempt))
+    if type(end) is not Finish:
+        raise RuntimeError(f"benchmark turn failed: {end}")
+    return turn
 
 
 def _bare_loop(
@@ -182,7 +169,7 @@ def systems(
     """name -> one turn; plus a check that every system took the expected path."""
     policy = policy or bench_policy()
     shared = HealthStore()
-    clock = Clock()
+    clock = VirtualClock()
     fault, happy = Script(FAULT_SCRIPT), Script((None,))
     retry_cfg = dict(
         retry=tenacity.retry_if_exception_type((Timeout, RateLimited)),
@@ -210,23 +197,23 @@ def systems(
         return one
 
     out: dict[str, Callable[[], object]] = {
-        "fallgate_happy": lambda: _drive_core(Turn, policy, HAPPY_OUTCOMES, shared, clock),
+        "fallgate_happy": lambda: _drive_core(Turn, policy, HAPPY_SCRIPT_CORE, shared, clock),
         "tenacity_happy": reset_then(happy, tenacity_happy),
         "bare_loop_happy": reset_then(happy, lambda: _bare_loop(happy, targets)),
         "fallgate_run_happy": reset_then(
-            happy, lambda: run(policy, happy, health=shared, clock=clock, sleep=_nosleep)
+            happy, lambda: run(policy, happy, health=shared, clock=clock)
         ),
         "transitions_happy": lambda: _drive_core(
-            TransitionsTurn, policy, HAPPY_OUTCOMES, shared, clock
+            TransitionsTurn, policy, HAPPY_SCRIPT_CORE, shared, clock
         ),
-        "fallgate_fault": lambda: _drive_core(Turn, policy, FAULT_OUTCOMES, None, clock),
+        "fallgate_fault": lambda: _drive_core(Turn, policy, FAULT_SCRIPT_CORE, None, clock),
         "tenacity_fault": reset_then(fault, tenacity_fault),
         "bare_loop_fault": reset_then(fault, lambda: _bare_loop(fault, targets)),
         "fallgate_run_fault": reset_then(
-            fault, lambda: run(policy, fault, health=HealthStore(), clock=clock, sleep=_nosleep)
+            fault, lambda: run(policy, fault, health=HealthStore(), clock=clock)
         ),
         "transitions_fault": lambda: _drive_core(
-            TransitionsTurn, policy, FAULT_OUTCOMES, None, clock
+            TransitionsTurn, policy, FAULT_SCRIPT_CORE, None, clock
         ),
     }
 

@@ -1,25 +1,26 @@
-"""Thin drivers: carry out the core's actions with real I/O and real sleeps.
+"""Thin drivers: carry out the core's actions with real I/O on a `Clock`.
 
-`run` (sync) and `arun` (asyncio) have the same semantics and share the core:
-attempt -> classify -> feed; wait -> sleep -> waited; rebuild -> rebuilt.
-Cancellation (asyncio) and KeyboardInterrupt end the turn in `aborted` and are
-re-raised; with `instant_waits()` on, sleeps advance the virtual clock instead.
+`run` (sync) and `arun` (asyncio) have the same semantics and share the core
+and the host loop (`fsm.host`): attempt -> classify -> feed; wait -> sleep on
+the clock -> waited; rebuild -> rebuilt. Cancellation (asyncio) and
+KeyboardInterrupt end the turn in `aborted` and are re-raised. Without
+``clock=`` a turn runs on `fsm.clock.default_clock()`: the system clock, or
+the virtual clock of an active `instant_waits()` block.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import attrs
 
-from . import clock as _clock
-from .actions import Action, Attempt, Fail, Finish, Rebuild, Wait
+from .actions import Action, Attempt, Fail, Finish
 from .classify import classify_exception
+from .clock import Clock, default_clock
 from .health import HealthStore
+from .host import ahost_loop, host_loop
 from .outcomes import Outcome, OutcomeKind
 from .policy import Credential, Policy, Target
 from .redact import redact
@@ -29,6 +30,7 @@ from .turn import Hook, Turn, TurnState, _TurnBase
 logger = logging.getLogger("fallgate")
 T = TypeVar("T")
 Classifier = Callable[[BaseException], Outcome]
+_SUCCESS = OutcomeKind.SUCCESS
 
 
 @attrs.frozen(slots=True)
@@ -69,7 +71,10 @@ def _hook(user: Hook | None) -> Hook | None:
 
 
 class _Step:
-    """Shared bookkeeping of both drivers: build the turn, scrub outcomes, finish."""
+    """What every driver needs besides the loop: the turn (on the given clock),
+    classified and scrubbed outcomes, and the end as a result or an exception."""
+
+    __slots__ = ("_secrets", "classify", "clock", "policy", "turn")
 
     def __init__(
         self,
@@ -77,16 +82,28 @@ class _Step:
         classify: Classifier,
         health: HealthStore | None,
         on_transition: Hook | None,
-        clock: Callable[[], float] | None,
+        clock: Clock | None,
         random: Callable[[], float] | None,
         engine: type[_TurnBase],
     ) -> None:
         self.policy = policy
         self.classify = classify
+        #: The clock of this turn: the one given, else the default in force now.
+        self.clock: Clock = clock if clock is not None else default_clock()
+        try:
+            now = self.clock.now
+        except AttributeError:
+            raise TypeError(
+                "clock must be an fsm.Clock (now, sleep, asleep) such as fsm.VirtualClock(), "
+                f"got {type(clock).__name__}"
+            ) from None
         self.turn = engine(
-            policy, health=health, clock=clock, random=random, on_transition=_hook(on_transition)
+            policy,
+            health=health,
+            clock=now,
+            random=random,
+            on_transition=_hook(on_transition),
         )
-        self.virtual = clock is None
         self._secrets: list[str] | None = None
 
     def outcome_of(self, e: BaseException) -> Outcome:
@@ -110,26 +127,9 @@ class _Step:
                 o = attrs.evolve(o, detail=clean)
         return o
 
-    def instant(self, seconds: float) -> bool:
-        if not _clock.is_instant():
-            return False
-        if self.virtual:
-            _clock.advance(seconds)
-        return True
-
-    def answered(self, value: Any) -> Action:
-        return self.turn.feed(Outcome(OutcomeKind.SUCCESS, value=value))
-
-    def raised(self, e: BaseException) -> Action:
-        return self.turn.feed(self.outcome_of(e))
-
-    def must_sleep(self, wait: Wait) -> bool:
-        """False when the wait is instant (testing switch) or zero."""
-        return not self.instant(wait.seconds) and wait.seconds > 0
-
     def end(self, action: Action) -> TurnResult:
         """The result of a finished turn; a failed one raises its `TurnFailed`."""
-        if isinstance(action, Finish):
+        if type(action) is Finish:
             return self.result(action)
         assert isinstance(action, Fail)
         raise action.error from None
@@ -148,15 +148,19 @@ def run(
     classify: Classifier = classify_exception,
     health: HealthStore | None = None,
     on_transition: Hook | None = None,
-    clock: Callable[[], float] | None = None,
+    clock: Clock | None = None,
     random: Callable[[], float] | None = None,
-    sleep: Callable[[float], object] = time.sleep,
     engine: type[_TurnBase] = Turn,
 ) -> TurnResult:
     """Run one turn synchronously; returns a `TurnResult` or raises `TurnFailed`.
 
     `call(target, credential)` makes one attempt (resolve the key with
     `credential.resolve(target.name)`); its exceptions are classified.
+    `rebuild(target)` recreates the target's client after transport faults.
+    `health` defaults to the process-wide `fsm.health.DEFAULT`, shared by
+    every turn given no store. Waits sleep on `clock` (default: the system
+    clock, or the virtual one inside `instant_waits()`); pass a
+    `fsm.VirtualClock` to run on virtual time.
     """
     return drive(
         policy,
@@ -167,7 +171,6 @@ def run(
         on_transition=on_transition,
         clock=clock,
         random=random,
-        sleep=sleep,
         engine=engine,
     )
 
@@ -180,41 +183,21 @@ def drive(
     classify: Classifier = classify_exception,
     health: HealthStore | None = None,
     on_transition: Hook | None = None,
-    clock: Callable[[], float] | None = None,
+    clock: Clock | None = None,
     random: Callable[[], float] | None = None,
-    sleep: Callable[[float], object] = time.sleep,
     engine: type[_TurnBase] = Turn,
 ) -> TurnResult:
     """Like `run`, but `attempt` receives the whole `Attempt` (timeout, number)."""
     st = _Step(policy, classify, health, on_transition, clock, random, engine)
-    turn = st.turn
-    action: Action = turn.start()
-    try:
-        while True:
-            if isinstance(action, Attempt):
-                try:
-                    value = attempt(action)
-                except Exception as e:
-                    action = st.raised(e)
-                else:
-                    action = st.answered(value)
-            elif isinstance(action, Wait):
-                if st.must_sleep(action):
-                    sleep(action.seconds)
-                action = turn.waited()
-            elif isinstance(action, Rebuild):
-                try:
-                    if rebuild is not None:
-                        rebuild(action.target)
-                except Exception:
-                    action = turn.rebuilt(False)
-                else:
-                    action = turn.rebuilt(True)
-            else:
-                return st.end(action)
-    except KeyboardInterrupt:
-        turn.cancel()
-        raise
+
+    def outcome(a: Attempt) -> Outcome:
+        try:
+            value = attempt(a)
+        except Exception as e:
+            return st.outcome_of(e)
+        return Outcome(_SUCCESS, value=value)
+
+    return st.end(next(host_loop(st.turn, clock=st.clock, rebuild=rebuild, attempt=outcome)))
 
 
 async def arun(
@@ -225,11 +208,12 @@ async def arun(
     classify: Classifier = classify_exception,
     health: HealthStore | None = None,
     on_transition: Hook | None = None,
-    clock: Callable[[], float] | None = None,
+    clock: Clock | None = None,
     random: Callable[[], float] | None = None,
     engine: type[_TurnBase] = Turn,
 ) -> TurnResult:
-    """The asyncio driver: same semantics as `run`; cancellation ends the turn `aborted`."""
+    """The asyncio driver: same semantics as `run` (waits ``await clock.asleep``);
+    cancellation ends the turn `aborted`."""
     return await adrive(
         policy,
         lambda a: call(a.target, a.credential),
@@ -251,37 +235,23 @@ async def adrive(
     classify: Classifier = classify_exception,
     health: HealthStore | None = None,
     on_transition: Hook | None = None,
-    clock: Callable[[], float] | None = None,
+    clock: Clock | None = None,
     random: Callable[[], float] | None = None,
     engine: type[_TurnBase] = Turn,
 ) -> TurnResult:
     """Like `arun`, but `attempt` receives the whole `Attempt`."""
     st = _Step(policy, classify, health, on_transition, clock, random, engine)
-    turn = st.turn
-    action: Action = turn.start()
+
+    async def outcome(a: Attempt) -> Outcome:
+        try:
+            value = await attempt(a)
+        except Exception as e:
+            return st.outcome_of(e)
+        return Outcome(_SUCCESS, value=value)
+
+    steps = ahost_loop(st.turn, clock=st.clock, rebuild=rebuild, attempt=outcome)
     try:
-        while True:
-            if isinstance(action, Attempt):
-                try:
-                    value = await attempt(action)
-                except Exception as e:
-                    action = st.raised(e)
-                else:
-                    action = st.answered(value)
-            elif isinstance(action, Wait):
-                if st.must_sleep(action):
-                    await asyncio.sleep(action.seconds)
-                action = turn.waited()
-            elif isinstance(action, Rebuild):
-                try:
-                    if rebuild is not None:
-                        await rebuild(action.target)
-                except Exception:
-                    action = turn.rebuilt(False)
-                else:
-                    action = turn.rebuilt(True)
-            else:
-                return st.end(action)
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        turn.cancel()
-        raise
+        end = await anext(steps)
+    finally:
+        await steps.aclose()
+    return st.end(end)

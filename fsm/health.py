@@ -1,7 +1,14 @@
 """What outlives a turn: cooldowns per target and per credential, failure streaks.
 
 In-memory and thread-safe. Times are in the clock domain of the turns that
-use the store (by default `fsm.clock.now`, monotonic seconds).
+use the store (by default the system clock's monotonic seconds).
+
+`DEFAULT` is the one process-wide store: every turn that is given no
+``health=`` (``fsm.Turn``, ``fsm.run``, ``fsm.arun``, ...) reads and writes it,
+so unrelated callers share cooldowns — on purpose, since a cooldown belongs
+to the endpoint (a target's provider, base URL and model) and the key, not to
+a policy object. Pass your own `HealthStore` to keep a turn's facts apart
+(tests, tenants), or ``DEFAULT.clear()`` to forget them.
 
 Cooldowns never extend themselves: while one is active, a new failure
 report for the same key leaves its end where it is (such reports come from
@@ -13,7 +20,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Hashable, Iterable
-from typing import Any
+from typing import Any, Final
 
 TargetKey = Hashable
 CredKey = tuple[Hashable, str]
@@ -23,6 +30,11 @@ class HealthStore:
     """Cross-turn facts. All methods take `now` so that the store stays clock-agnostic."""
 
     __slots__ = ("_cred_until", "_lock", "_rr", "_streak", "_target_until")
+
+    @staticmethod
+    def default() -> HealthStore:
+        """The process-wide `DEFAULT` store, shared by every turn given no store."""
+        return DEFAULT
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -149,3 +161,7 @@ def relative(until: float, now: float, horizon: float = math.inf) -> float:
         return 0.0
     left = until - now
     return round(left, 6) if left <= horizon else math.inf
+
+
+#: The process-wide store shared by every turn that passes no ``health=``.
+DEFAULT: Final = HealthStore()

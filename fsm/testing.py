@@ -1,10 +1,12 @@
-"""Testing aids for the pure core: a fake clock and scripted outcome sequences.
+"""Testing aids for the pure core: scripted outcome sequences on virtual time.
 
     played = play(policy, ["transport", "transport", "rate_limited:171", "success"])
     assert played.models == ["glm-5.1", "glm-5.1", "glm-5.1", "glm-4.7"]
 
-Waits advance the fake clock instead of sleeping; rebuilds succeed unless told
-otherwise. Use `fsm.instant_waits()` for the drivers instead.
+`play` runs the turn on the host loop (`fsm.host`) with a `VirtualClock`:
+waits advance it instead of sleeping; rebuilds succeed unless told otherwise.
+For the drivers and the openai wrappers pass ``clock=VirtualClock()`` or use
+`fsm.instant_waits()`.
 """
 
 from __future__ import annotations
@@ -13,28 +15,18 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from .actions import Action, Attempt, Fail, Finish, Rebuild, Wait
+from .actions import Attempt, Fail, Finish
+from .clock import VirtualClock
 from .errors import TurnFailed
 from .health import HealthStore
+from .host import host_loop
 from .outcomes import Outcome, OutcomeKind
-from .policy import Policy
+from .policy import Policy, Target
 from .trace import TraceEvent
 from .turn import Turn, _TurnBase
 
-
-class FakeClock:
-    """A clock that only moves when told (waits, or `advance`)."""
-
-    __slots__ = ("t",)
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.t = start
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += max(0.0, seconds)
+#: The virtual clock under its testing name (only moves when told: waits, `advance`).
+FakeClock = VirtualClock
 
 
 class ScriptExhausted(AssertionError):
@@ -90,43 +82,51 @@ def play(
     outcomes: Iterable[Outcome | str],
     *,
     health: HealthStore | None = None,
-    clock: FakeClock | None = None,
+    clock: VirtualClock | None = None,
     random: float = 1.0,
     rebuild_ok: bool | Sequence[bool] = True,
     attempt_seconds: float = 0.0,
     engine: type[_TurnBase] = Turn,
 ) -> Played:
-    """Run one turn of the pure core against a scripted sequence of outcomes."""
+    """Run one turn of the pure core against a scripted sequence of outcomes.
+
+    `health` defaults to a fresh store (not the process-wide one), `clock` to
+    a fresh `VirtualClock`; each attempt takes `attempt_seconds` of it.
+    """
     script = [outcome(o) for o in outcomes]
-    clock = clock or FakeClock()
-    turn = engine(policy, health=health or HealthStore(), clock=clock, random=lambda: random)
+    clock = clock if clock is not None else VirtualClock()
+    turn = engine(
+        policy,
+        health=health if health is not None else HealthStore(),
+        clock=clock.now,
+        random=lambda: random,
+    )
     rebuilds_ok = [rebuild_ok] if isinstance(rebuild_ok, bool) else list(rebuild_ok)
     calls: list[Attempt] = []
-    waits: list[float] = []
     rebuilds: list[str] = []
-    action: Action = turn.start()
-    while True:
-        if isinstance(action, Attempt):
-            calls.append(action)
-            if len(calls) > len(script):
-                raise ScriptExhausted(
-                    f"attempt {len(calls)} on {action.target.name} but the script has only "
-                    f"{len(script)} outcomes; path so far: {[e.dest for e in turn.trace]}"
-                )
-            clock.advance(attempt_seconds)
-            action = turn.feed(script[len(calls) - 1])
-        elif isinstance(action, Wait):
-            waits.append(action.seconds)
-            clock.advance(action.seconds)
-            action = turn.waited()
-        elif isinstance(action, Rebuild):
-            rebuilds.append(action.target.name)
-            ok = rebuilds_ok[min(len(rebuilds) - 1, len(rebuilds_ok) - 1)]
-            action = turn.rebuilt(ok)
-        else:
-            break
+
+    def attempt(a: Attempt) -> Outcome:
+        calls.append(a)
+        if len(calls) > len(script):
+            raise ScriptExhausted(
+                f"attempt {len(calls)} on {a.target.name} but the script has only "
+                f"{len(script)} outcomes; path so far: {[e.dest for e in turn.trace]}"
+            )
+        clock.advance(attempt_seconds)
+        return script[len(calls) - 1]
+
+    def rebuild(target: Target) -> None:
+        rebuilds.append(target.name)
+        if not rebuilds_ok[min(len(rebuilds) - 1, len(rebuilds_ok) - 1)]:
+            raise _RebuildRefused(target.name)
+
+    action = next(host_loop(turn, clock=clock, rebuild=rebuild, attempt=attempt))
+    trace = tuple(turn.trace)
+    waits = tuple(e.wait for e in trace if e.action == "Wait" and e.wait is not None)
     err = action.error if isinstance(action, Fail) else None
     res = action.result if isinstance(action, Finish) else None
-    return Played(
-        turn.state, tuple(calls), tuple(waits), tuple(rebuilds), tuple(turn.trace), err, res
-    )
+    return Played(turn.state, tuple(calls), waits, tuple(rebuilds), trace, err, res)
+
+
+class _RebuildRefused(Exception):
+    """The script says this rebuild fails."""

@@ -49,21 +49,6 @@ class ProtocolError(RuntimeError):
     """The host fed an event the machine does not declare in the current state."""
 
 
-def _default_health(policy: Policy) -> HealthStore:
-    memo = policy.memo
-    h = memo.get("health")
-    if not isinstance(h, HealthStore):
-        with _LOCK:
-            h = memo.get("health")
-            if not isinstance(h, HealthStore):
-                h = HealthStore()
-                memo["health"] = h
-    return h
-
-
-_LOCK = threading.Lock()
-
-
 def observe(s: TurnState, trigger: str, outcome: Outcome | None) -> None:
     """Before any guard: read the clock once for the event and record what the
     outcome says (the observations its kind's traits call for)."""
@@ -166,15 +151,18 @@ class _TurnBase:
         guards: Mapping[Guard, Guard] | None = None,
         effects: Mapping[Effect, Effect] | None = None,
     ) -> None:
-        """`declaration`, `guards` and `effects` replace the policy's own machine or some
-        of its objects: the model checker uses them to prove it catches broken machines."""
+        """`health` defaults to the process-wide `fsm.health.DEFAULT` (shared by every
+        turn given no store); `clock` (seconds, e.g. a `fsm.Clock`'s ``now``) to the
+        `fsm.clock.default_clock()` in force when the turn is built. `declaration`, `guards`
+        and `effects` replace the policy's own machine or some of its objects: the model
+        checker uses them to prove it catches broken machines."""
         decl = declaration if declaration is not None else declare(policy)
         if guards or effects:
             decl = decl.replacing(guards, effects)
         self.s = TurnState(
             policy,
-            health if health is not None else _default_health(policy),
-            clock or _clock.now,
+            health if health is not None else HealthStore.default(),
+            clock if clock is not None else _clock.default_clock().now,
             random or _random.random,
             on_transition,
             decl,

@@ -7,6 +7,9 @@
 Each attempt goes to one real `openai.OpenAI` / `openai.AsyncOpenAI` client per
 (target, credential) with the SDK's retries off; the request's ``model`` is
 replaced by the target's model and its timeout by what the turn allows.
+Waits sleep on ``clock=`` (an `fsm.Clock`; default: the system clock, or the
+virtual one inside `fsm.instant_waits()`, looked up at each turn), so
+``Fallgate(policy, clock=fsm.VirtualClock())`` runs on virtual time.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any, Literal, overload
 import attrs
 from openai.types.chat import ChatCompletion
 
-from fsm import Attempt, HealthStore, Policy, TurnResult, adrive, drive
+from fsm import Attempt, Clock, HealthStore, Policy, TurnResult, adrive, drive
 from fsm.turn import Hook
 
 from .classify import MalformedReply, classify_openai
@@ -124,12 +127,19 @@ class _Base:
         health: HealthStore | None,
         on_transition: Hook | None,
         timeout: float | None,
+        clock: Clock | None,
     ) -> None:
         if not isinstance(policy, Policy):
             raise TypeError(f"policy must be an fsm.Policy, got {type(policy).__name__}")
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(
+                f"clock must be an fsm.Clock (now, sleep, asleep), got {type(clock).__name__}"
+            )
         self.policy = policy
         #: Cooldowns that outlive a turn; shared by every turn of this client.
         self.health = health if health is not None else HealthStore()
+        #: What each turn's waits sleep on (None: `fsm.clock.default_clock()` per turn).
+        self.clock = clock
         self.on_transition = on_transition
         #: An upper bound on each attempt's timeout (the turn's own bound also applies).
         self.timeout = _check_timeout(timeout)
@@ -146,6 +156,9 @@ class Fallgate(_Base):
     (target, credential); the default is `openai.OpenAI` with the target's
     base_url and ``max_retries=0`` (a factory's client with retries on is
     switched to 0). Close it (or use ``with``) to close every client.
+    ``health`` defaults to a store of this client's own; ``clock`` (an
+    `fsm.Clock`, e.g. `fsm.VirtualClock()` in tests) is what every turn and
+    stream of the client waits on.
     """
 
     def __init__(
@@ -156,8 +169,11 @@ class Fallgate(_Base):
         on_transition: Hook | None = None,
         timeout: float | None = None,
         client_factory: ClientFactory | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        super().__init__(policy, health=health, on_transition=on_transition, timeout=timeout)
+        super().__init__(
+            policy, health=health, on_transition=on_transition, timeout=timeout, clock=clock
+        )
         self._pool = ClientPool(client_factory or openai_factory(policy.attempt_timeout))
         self.chat = _Chat(self)
 
@@ -179,6 +195,7 @@ class Fallgate(_Base):
             classify=classify_openai,
             health=self.health,
             on_transition=self.on_transition,
+            clock=self.clock,
         )
 
     def _attempt(self, a: Attempt, req: _Request) -> ChatCompletion:
@@ -214,8 +231,11 @@ class AsyncFallgate(_Base):
         on_transition: Hook | None = None,
         timeout: float | None = None,
         client_factory: AsyncClientFactory | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        super().__init__(policy, health=health, on_transition=on_transition, timeout=timeout)
+        super().__init__(
+            policy, health=health, on_transition=on_transition, timeout=timeout, clock=clock
+        )
         self._pool = AsyncClientPool(client_factory or async_openai_factory(policy.attempt_timeout))
         self.chat = _AsyncChat(self)
 
@@ -242,6 +262,7 @@ class AsyncFallgate(_Base):
             classify=classify_openai,
             health=self.health,
             on_transition=self.on_transition,
+            clock=self.clock,
         )
 
     async def rebuild(self, target_name: str) -> None:

@@ -13,16 +13,15 @@ attempt; it is sent with the delivered text as an assistant prefix.)
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from openai.types.chat import ChatCompletionChunk
 
-from fsm import Attempt, Fail, Finish, Outcome, Rebuild, Turn, TurnResult, Wait
+from fsm import Action, Attempt, Finish, Outcome, Turn, TurnResult
 from fsm.drivers import _Step
+from fsm.host import ahost_loop, host_loop
 from fsm.trace import TraceEvent
 
 from .classify import MalformedReply, StreamInterrupted, classify_openai
@@ -128,7 +127,7 @@ class _StreamBase:
         self._request = request
         self._delivery = _Delivery()
         self._step = _Step(
-            gate.policy, classify_openai, gate.health, gate.on_transition, None, None, Turn
+            gate.policy, classify_openai, gate.health, gate.on_transition, gate.clock, None, Turn
         )
         self.result = None
 
@@ -152,12 +151,18 @@ class _StreamBase:
             a, self._gate.timeout, stream=True, prefix=d.text if d.committed else None
         )
 
-    def _fed(self, error: BaseException | None) -> Any:
-        """Feed the attempt's outcome; returns the next action."""
-        turn = self._step.turn
+    def _outcome(self, error: BaseException | None) -> Outcome:
+        """What the attempt that just ended came to."""
         if error is None:
-            return turn.feed(Outcome.success(self._delivery.text))
-        return turn.feed(self._step.outcome_of(self._delivery.failure(error)))
+            return Outcome.success(self._delivery.text)
+        return self._step.outcome_of(self._delivery.failure(error))
+
+    def _end(self, action: Action) -> None:
+        """Keep a finished turn's result; a failed one raises its `TurnFailed`."""
+        if type(action) is Finish:
+            self.result = self._step.result(action)
+        else:
+            self._step.end(action)
 
 
 class FallgateStream(_StreamBase):
@@ -201,46 +206,31 @@ class FallgateStream(_StreamBase):
         self.close()
 
     def _run(self) -> Generator[ChatCompletionChunk, None, None]:
-        gate, st, d = self._sync_gate, self._step, self._delivery
-        turn = st.turn
-        action = turn.start()
+        """The turn on the host loop; this generator makes the attempts, handing
+        each chunk to the caller as it arrives. Closing it closes the loop, which
+        ends the turn `aborted`."""
+        gate, d = self._sync_gate, self._delivery
+        steps = host_loop(self._step.turn, clock=self._step.clock, rebuild=gate._pool.rebuild)
         try:
-            while True:
-                if isinstance(action, Attempt):
-                    error: BaseException | None = None
-                    try:
-                        with gate._pool.lease(action.target, action.credential) as client:
-                            sdk = client.chat.completions.create(**self._kwargs(action))
-                            with sdk:
-                                d.begin()
-                                for chunk in sdk:
-                                    for out in d.take(chunk):
-                                        d.handed(out)
-                                        yield out
-                                d.end()
-                    except Exception as e:
-                        error = e
-                    action = self._fed(error)
-                elif isinstance(action, Wait):
-                    if not st.instant(action.seconds) and action.seconds > 0:
-                        time.sleep(action.seconds)
-                    action = turn.waited()
-                elif isinstance(action, Rebuild):
-                    try:
-                        gate._pool.rebuild(action.target)
-                        ok = True
-                    except Exception:
-                        ok = False
-                    action = turn.rebuilt(ok)
-                elif isinstance(action, Finish):
-                    self.result = st.result(action)
-                    return
-                else:
-                    assert isinstance(action, Fail)
-                    raise action.error from None
-        except (GeneratorExit, KeyboardInterrupt):
-            turn.cancel()
-            raise
+            action = next(steps)
+            while type(action) is Attempt:
+                error: BaseException | None = None
+                try:
+                    with gate._pool.lease(action.target, action.credential) as client:
+                        sdk = client.chat.completions.create(**self._kwargs(action))
+                        with sdk:
+                            d.begin()
+                            for chunk in sdk:
+                                for out in d.take(chunk):
+                                    d.handed(out)
+                                    yield out
+                            d.end()
+                except Exception as e:
+                    error = e
+                action = steps.send(self._outcome(error))
+        finally:
+            steps.close()
+        self._end(action)
 
 
 class AsyncFallgateStream(_StreamBase):
@@ -288,43 +278,26 @@ class AsyncFallgateStream(_StreamBase):
         await self.aclose()
 
     async def _run(self) -> AsyncGenerator[ChatCompletionChunk, None]:
-        gate, st, d = self._async_gate, self._step, self._delivery
-        turn = st.turn
-        action = turn.start()
+        """The turn on the asyncio host loop (see `FallgateStream._run`)."""
+        gate, d = self._async_gate, self._delivery
+        steps = ahost_loop(self._step.turn, clock=self._step.clock, rebuild=gate._pool.rebuild)
         try:
-            while True:
-                if isinstance(action, Attempt):
-                    error: BaseException | None = None
-                    try:
-                        async with gate._pool.lease(action.target, action.credential) as client:
-                            sdk = await client.chat.completions.create(**self._kwargs(action))
-                            async with sdk:
-                                d.begin()
-                                async for chunk in sdk:
-                                    for out in d.take(chunk):
-                                        d.handed(out)
-                                        yield out
-                                d.end()
-                    except Exception as e:
-                        error = e
-                    action = self._fed(error)
-                elif isinstance(action, Wait):
-                    if not st.instant(action.seconds) and action.seconds > 0:
-                        await asyncio.sleep(action.seconds)
-                    action = turn.waited()
-                elif isinstance(action, Rebuild):
-                    try:
-                        await gate._pool.rebuild(action.target)
-                        ok = True
-                    except Exception:
-                        ok = False
-                    action = turn.rebuilt(ok)
-                elif isinstance(action, Finish):
-                    self.result = st.result(action)
-                    return
-                else:
-                    assert isinstance(action, Fail)
-                    raise action.error from None
-        except (GeneratorExit, asyncio.CancelledError, KeyboardInterrupt):
-            turn.cancel()
-            raise
+            action = await anext(steps)
+            while type(action) is Attempt:
+                error: BaseException | None = None
+                try:
+                    async with gate._pool.lease(action.target, action.credential) as client:
+                        sdk = await client.chat.completions.create(**self._kwargs(action))
+                        async with sdk:
+                            d.begin()
+                            async for chunk in sdk:
+                                for out in d.take(chunk):
+                                    d.handed(out)
+                                    yield out
+                            d.end()
+                except Exception as e:
+                    error = e
+                action = await steps.asend(self._outcome(error))
+        finally:
+            await steps.aclose()
+        self._end(action)

@@ -6,13 +6,19 @@
 * ``dev``: 20 examples, for quick local iterations.
 
 Select one with ``HYPOTHESIS_PROFILE=fuzz`` (or pytest's ``--hypothesis-profile``).
+
+Every test also starts with an empty process-wide default health store.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from fsm.health import DEFAULT
 
 settings.register_profile(
     "ci",
@@ -32,3 +38,12 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=20, stateful_step_count=30, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_default_health() -> Iterator[None]:
+    """Turns given no ``health=`` share `fsm.health.DEFAULT` (by design); start and
+    end every test with it empty, so no test sees another's cooldowns."""
+    DEFAULT.clear()
+    yield
+    DEFAULT.clear()

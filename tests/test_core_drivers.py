@@ -1,4 +1,7 @@
-"""The sync and async drivers: same semantics, real (interruptible) waits."""
+"""The sync and async drivers: same semantics, real (interruptible) waits on a Clock.
+
+Turns here pass no health store unless they must not share one: they use the
+process-wide `fsm.health.DEFAULT`, emptied before every test (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from fsm import (
     TraceEvent,
     TransitionsTurn,
     TurnFailed,
+    VirtualClock,
     arun,
     instant_waits,
     run,
@@ -52,7 +56,6 @@ def test_sync_run_retries_recovers_and_falls_back_with_real_exceptions():
             chain("m0", "m1", max_attempts=2),
             call,
             rebuild=lambda t: rebuilt.append(t.name),
-            health=HealthStore(),
         )
     assert result.value == "answer"
     assert calls == ["m0", "m0", "m0", "m1"]
@@ -63,6 +66,7 @@ def test_sync_run_retries_recovers_and_falls_back_with_real_exceptions():
 async def test_async_run_has_the_same_semantics_as_sync():
     effects = (TimeoutError(), ConnectionResetError(), Status(429), "answer")
     call, sync_calls = scripted(*effects)
+    # each driver on its own store: the second turn must not inherit the first's cooldown
     with instant_waits():
         sync = run(chain("m0", "m1", max_attempts=2), call, health=HealthStore())
     it = iter(effects)
@@ -86,7 +90,7 @@ async def test_async_run_has_the_same_semantics_as_sync():
 def test_a_failed_turn_raises_turn_failed_naming_every_target():
     call, _ = scripted(Status(400, body="bad"), "never")
     with pytest.raises(TurnFailed) as info:
-        run(chain("m0", "m1"), call, health=HealthStore())
+        run(chain("m0", "m1"), call)
     assert info.value.state == "failed"
     assert set(info.value.reasons) == {"primary", "fallback_1"}
     assert "bad_request (HTTP 400)" in str(info.value)
@@ -100,9 +104,7 @@ async def test_an_async_turn_cancelled_during_a_30s_wait_aborts_within_100ms():
         raise Status(429, {"retry-after": "30"})
 
     policy = chain("m", retry_after_cap=60)
-    task = asyncio.create_task(
-        arun(policy, rate_limited, health=HealthStore(), on_transition=events.append)
-    )
+    task = asyncio.create_task(arun(policy, rate_limited, on_transition=events.append))
     while not events or events[-1].action != "Wait":
         await asyncio.sleep(0.005)
     assert events[-1].wait == pytest.approx(30, abs=0.5)
@@ -114,16 +116,58 @@ async def test_an_async_turn_cancelled_during_a_30s_wait_aborts_within_100ms():
     assert events[-1].dest == "aborted"
 
 
-def test_keyboard_interrupt_during_a_wait_aborts_the_turn_and_propagates():
-    events: list[TraceEvent] = []
+class InterruptedClock(VirtualClock):
+    """A clock whose every sleep is interrupted by Ctrl-C."""
 
-    def sleep(seconds: float) -> None:
+    def sleep(self, seconds: float) -> None:
         raise KeyboardInterrupt
 
+
+def test_keyboard_interrupt_during_a_wait_aborts_the_turn_and_propagates():
+    events: list[TraceEvent] = []
     call, _ = scripted(TimeoutError(), "never")
     with pytest.raises(KeyboardInterrupt):
-        run(chain("m0", "m1"), call, health=HealthStore(), sleep=sleep, on_transition=events.append)
-    assert events[-1].dest == "aborted"
+        run(
+            chain("m0", "m1"),
+            call,
+            clock=InterruptedClock(),
+            on_transition=events.append,
+        )
+    assert [e.dest for e in events] == ["primary", "primary_transport_backoff", "aborted"]
+
+
+def test_keyboard_interrupt_during_an_attempt_aborts_the_turn_and_propagates():
+    events: list[TraceEvent] = []
+    call, _ = scripted(KeyboardInterrupt(), "never")
+    with pytest.raises(KeyboardInterrupt):
+        run(chain("m0", "m1"), call, on_transition=events.append)
+    assert [e.dest for e in events] == ["primary", "aborted"]
+
+
+def test_a_virtual_clock_carries_the_waits_and_the_trace_times_of_run_and_arun():
+    policy = chain("m", retry_after_cap=60)
+    for driver in ("run", "arun"):  # each on its own store and clock
+        clock = VirtualClock(start=50.0)
+        call, calls = scripted(Status(429, {"retry-after": "20"}), "ok")
+        t0 = time.perf_counter()
+        if driver == "run":
+            result = run(policy, call, health=HealthStore(), clock=clock)
+        else:
+
+            async def acall(target, credential, call=call):
+                return call(target, credential)
+
+            result = asyncio.run(arun(policy, acall, health=HealthStore(), clock=clock))
+        assert time.perf_counter() - t0 < 1.0, driver
+        assert clock.now() == pytest.approx(70.0, abs=0.05), driver
+        assert result.trace[-1].time == pytest.approx(20.0, abs=0.05), driver
+        assert calls == ["m", "m"], driver
+
+
+def test_a_clock_that_is_not_a_clock_is_refused_by_name():
+    call, _ = scripted("ok")
+    with pytest.raises(TypeError, match=r"clock must be an fsm\.Clock .* got function"):
+        run(chain("m0", "m1"), call, clock=lambda: 0.0)  # type: ignore[arg-type]
 
 
 def test_instant_waits_take_no_real_time_but_keep_cooldowns_honest():
@@ -131,7 +175,7 @@ def test_instant_waits_take_no_real_time_but_keep_cooldowns_honest():
     policy = chain("m")
     t0 = time.perf_counter()
     with instant_waits():
-        result = run(policy, call, health=HealthStore())
+        result = run(policy, call)
     assert time.perf_counter() - t0 < 1.0
     assert [e.wait for e in result.trace if e.wait] == [pytest.approx(20.0, abs=0.05)]
     assert calls == ["m", "m"]
@@ -143,14 +187,14 @@ def test_a_broken_classifier_or_rebuild_never_crashes_the_engine():
 
     call, _ = scripted(TimeoutError(), "never")
     with pytest.raises(TurnFailed, match="classifier raised RuntimeError"):
-        run(chain("m0", "m1"), call, classify=classify, health=HealthStore())
+        run(chain("m0", "m1"), call, classify=classify)
 
     def rebuild(target):
         raise OSError("cannot build client")
 
     call, calls = scripted(TimeoutError(), TimeoutError(), "fallback answer")
     with instant_waits():
-        result = run(chain("m0", "m1"), call, rebuild=rebuild, health=HealthStore())
+        result = run(chain("m0", "m1"), call, rebuild=rebuild)
     assert calls == ["m0", "m0", "m1"]
     assert any(e.event == "rebuild_failed" for e in result.trace)
 
@@ -158,7 +202,7 @@ def test_a_broken_classifier_or_rebuild_never_crashes_the_engine():
 def test_the_transitions_engine_drives_the_same_turn():
     call, calls = scripted(TimeoutError(), Status(401), "ok")
     with instant_waits():
-        result = run(chain("m0", "m1"), call, health=HealthStore(), engine=TransitionsTurn)
+        result = run(chain("m0", "m1"), call, engine=TransitionsTurn)
     assert calls == ["m0", "m0", "m1"]
     assert result.state == "done"
 
@@ -166,7 +210,7 @@ def test_the_transitions_engine_drives_the_same_turn():
 def test_the_trace_round_trips_through_json_lines():
     call, _ = scripted(TimeoutError(), "ok")
     with instant_waits():
-        result = run(chain("m0", "m1"), call, health=HealthStore())
+        result = run(chain("m0", "m1"), call)
     text = to_jsonl(result.trace)
     assert len(text.splitlines()) == len(result.trace)
     assert from_jsonl(text) == list(result.trace)

@@ -1,11 +1,13 @@
-"""The health store: shared by concurrent turns, thread-safe, never self-extending."""
+"""The health store: shared by concurrent turns, thread-safe, never self-extending;
+one named process-wide default for turns given none."""
 
 from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from fsm import HealthStore, instant_waits, run
+import fsm.health
+from fsm import HealthStore, Turn, VirtualClock, instant_waits, run
 from fsm.testing import FakeClock, play
 
 from helpers import chain
@@ -57,3 +59,45 @@ def test_a_new_turn_starts_clean_whatever_the_previous_turn_left_behind():
     fresh = play(policy, ["transport", "transport", "transport", "success"])
     assert again.path == fresh.path
     assert again.rebuilds == fresh.rebuilds == ("primary",)
+
+
+def test_turns_given_no_store_share_the_named_process_wide_default():
+    """Two unrelated callers, each with its own policy object for the same endpoints:
+    without ``health=`` both use `fsm.health.DEFAULT`, so a cooldown one of them
+    caused is seen by the other, and by anyone who reads the default."""
+    first, second = chain("m0", "m1"), chain("m0", "m1")
+    assert first is not second
+    assert Turn(first).s.health is fsm.health.DEFAULT is HealthStore.default()
+    clock = VirtualClock()
+    models: list[str] = []
+
+    def call(target, credential):
+        models.append(target.model)
+        if target.model == "m0":
+            raise Status(429, "60")
+        return "ok"
+
+    run(first, call, clock=clock)
+    assert models == ["m0", "m1"]
+    cooling = fsm.health.DEFAULT.snapshot()["credentials"]
+    assert cooling == {(first.targets[0].key, "key#1"): clock.now() + 60}
+    assert run(second, call, clock=clock).model == "m1"
+    assert models == ["m0", "m1", "m1"]  # the second caller skipped the cooling primary
+
+
+def test_a_turn_given_its_own_store_neither_reads_nor_writes_the_default():
+    calls: list[str] = []
+
+    def call(target, credential):
+        calls.append(target.model)
+        if target.model == "m0":
+            raise Status(429, "60")
+        return "ok"
+
+    clock = VirtualClock()
+    run(chain("m0", "m1"), call, clock=clock)  # benches the primary's key in the default store
+    own = HealthStore()
+    assert run(chain("m0", "m1"), call, health=own, clock=clock).model == "m1"
+    assert calls == ["m0", "m1", "m0", "m1"]  # the default's cooldown did not apply
+    primary = chain("m0", "m1").targets[0].key
+    assert own.snapshot()["credentials"] == {(primary, "key#1"): clock.now() + 60}

@@ -17,7 +17,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
-from fsm import Target, TraceEvent, TurnFailed, instant_waits
+from fsm import Target, TraceEvent, TurnFailed, VirtualClock, instant_waits
 from providers import AsyncFallgate, Fallgate
 from providers.fault_server import FaultServer
 
@@ -332,3 +332,56 @@ def test_one_sync_client_serves_many_threads(fault_server: FaultServer) -> None:
     started_on_a = sum(r.trace[0].dest == "primary" for r in results)
     assert fault_server.counts == {"a": started_on_a, "b": 40}
     assert started_on_a >= 1
+
+
+RATE_LIMITED_30 = {"kind": "status", "status": 429, "headers": {"retry-after": "30"}}
+
+
+def test_a_client_given_a_virtual_clock_waits_and_lets_cooldowns_pass_on_it(
+    fault_server: FaultServer,
+) -> None:
+    clock = VirtualClock(start=0.0)
+    stream_step = {"kind": "stream", "chunks": 2, "then": "done"}
+    fault_server.script({"models": {"a": [RATE_LIMITED_30, {"kind": "answer"}]}})
+    t0 = time.monotonic()
+    with Fallgate(chain("a", server=fault_server, retry_after_cap=60), clock=clock) as gate:
+        # one target: the turn sleeps the Retry-After on the client's clock
+        assert gate.run(messages=MSG).trace[-1].time == 30.0
+        assert clock.now() == 30.0
+        fault_server.script({"models": {"a": [RATE_LIMITED_30, stream_step]}})
+        stream = gate.chat.completions.create(messages=MSG, stream=True)
+        assert len(list(stream)) >= 2 and stream.state == "done"
+        assert clock.now() == 60.0
+    assert time.monotonic() - t0 < 5.0
+
+    fault_server.script({"models": {"a": [RATE_LIMITED_30]}})
+    with Fallgate(chain("a", "b", server=fault_server), clock=clock) as gate:
+        assert gate.run(messages=MSG).model == "b"  # a's key now cools for 30 s
+        assert gate.run(messages=MSG).model == "b"
+        clock.advance(31)
+        assert gate.run(messages=MSG).model == "a"
+    assert fault_server.counts == {"a": 2, "b": 2}
+
+
+def test_an_async_client_given_a_virtual_clock_waits_on_it(fault_server: FaultServer) -> None:
+    clock = VirtualClock(start=0.0)
+    stream_step = {"kind": "stream", "chunks": 2, "then": "done"}
+    fault_server.script(
+        {"models": {"a": [RATE_LIMITED_30, {"kind": "answer"}, RATE_LIMITED_30, stream_step]}}
+    )
+
+    async def main() -> tuple[float, float, str]:
+        policy = chain("a", server=fault_server, retry_after_cap=60)
+        async with AsyncFallgate(policy, clock=clock) as gate:
+            await gate.chat.completions.create(messages=MSG)
+            after_one = clock.now()
+            stream = await gate.chat.completions.create(messages=MSG, stream=True)
+            chunks = [c async for c in stream]
+            return after_one, clock.now(), f"{len(chunks) >= 2} {stream.state}"
+
+    assert asyncio.run(main()) == (30.0, 60.0, "True done")
+
+
+def test_a_clock_that_is_not_a_clock_is_refused_by_name(fault_server: FaultServer) -> None:
+    with pytest.raises(TypeError, match=r"clock must be an fsm\.Clock .* got function"):
+        Fallgate(chain("a", server=fault_server), clock=lambda: 0.0)  # type: ignore[arg-type]
