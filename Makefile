@@ -46,7 +46,7 @@ $(OPENAI2_STAMP): pyproject.toml
 	touch $@
 
 test-openai2: $(OPENAI2_STAMP)
-	$(OPENAI2_VENV)/bin/mypy
+	$(OPENAI2_VENV)/bin/mypy --cache-dir $(OPENAI2_VENV)/.mypy_cache
 	$(OPENAI2_VENV)/bin/pytest $(PROVIDER_TESTS)
 
 # The core tests on the other supported Pythons, one venv each (.venv-py312, .venv-py313).

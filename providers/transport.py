@@ -3,9 +3,10 @@
 openai 3.x is built on ``httpx2``, openai 2.x on ``httpx`` (0.23-0.28). Which one is
 found by asking openai itself: the library is the package whose ``Client`` the SDK's
 own default client class (`openai.DefaultHttpxClient`, in both major versions)
-derives from. Nothing else in fallgate imports ``httpx``/``httpx2``: the pools and the
-classifier go through this module, and neither library is a declared dependency (the
-installed openai brings the one it uses).
+derives from. (Not "does openai have `DefaultHttpx2Client`": late 2.x releases have it
+as an experimental opt-in, yet build their own clients on httpx.) Nothing else in
+fallgate imports ``httpx``/``httpx2``: the pools and the classifier go through this
+module, and neither library is a declared dependency (openai brings the one it uses).
 
 API:
 
@@ -13,7 +14,8 @@ API:
 - `DefaultClient`, `DefaultAsyncClient`: the SDK's factories for an HTTP client with
   its own defaults (`openai.DefaultHttpx2Client` on 3.x, `openai.DefaultHttpxClient`
   on 2.x, and their async twins).
-- `HTTPTransport`, `AsyncHTTPTransport`, `Limits`: the library's classes.
+- `HTTPTransport`, `AsyncHTTPTransport`, `Limits`: the library's classes; `LIMITS` and
+  `SOCKET_OPTIONS` the pool limits and socket options we use.
 - `shared_ssl_context()`: one verifying SSL context for every client we build.
 - `transport_options()`: keyword arguments for `HTTPTransport`/`AsyncHTTPTransport`
   (the shared SSL context, the pool limits, TCP_NODELAY where the library takes
@@ -40,7 +42,9 @@ from typing import Any
 import openai
 
 __all__ = [
+    "LIMITS",
     "NAME",
+    "SOCKET_OPTIONS",
     "AsyncHTTPTransport",
     "DefaultAsyncClient",
     "DefaultClient",
