@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint fuzz bench diagrams graphviz clean
+.PHONY: demo test lint fuzz bench diagrams graphviz clean test-openai2 test-pythons
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,43 @@ lint: $(STAMP)
 test: lint
 	$(VENV)/bin/pytest
 
+# openai 2.x (built on httpx) next to .venv's newest openai 3.x (httpx2): mypy, and the
+# adapter, end-to-end and fault-server tests, with the openai hermes-agent pins (our floor).
+OPENAI2 ?= 2.24.0
+OPENAI2_VENV := .venv-openai2
+OPENAI2_STAMP := $(OPENAI2_VENV)/.installed-openai-$(OPENAI2)
+PROVIDER_TESTS := tests/test_providers_*.py tests/test_e2e_*.py tests/test_fault_server*.py tests/test_demo.py
+
+$(OPENAI2_STAMP): pyproject.toml
+	rm -f $(OPENAI2_VENV)/.installed-openai-*
+	$(PYTHON) -m venv $(OPENAI2_VENV)
+	$(OPENAI2_VENV)/bin/python -m pip install -q --upgrade pip
+	$(OPENAI2_VENV)/bin/python -m pip install -q -e '.[test]' 'openai==$(OPENAI2)'
+	touch $@
+
+test-openai2: $(OPENAI2_STAMP)
+	$(OPENAI2_VENV)/bin/mypy --cache-dir $(OPENAI2_VENV)/.mypy_cache
+	$(OPENAI2_VENV)/bin/pytest $(PROVIDER_TESTS)
+
+# The core tests on the other supported Pythons, one venv each (.venv-py312, .venv-py313).
+# An interpreter is pythonX.Y on PATH, else pyenv's (its shims run only active versions).
+PY_VENVS := .venv-py312 .venv-py313
+CORE_TESTS := tests/test_core_*.py tests/test_machine_meaning.py
+FIND_PYTHON = if python$(1) -c '' 2>/dev/null; then echo python$(1); \
+	else v=$$(pyenv whence python$(1) 2>/dev/null | tail -n 1) && [ -n "$$v" ] \
+	&& PYENV_VERSION=$$v pyenv which python$(1); fi
+
+.venv-py%/.installed-test: pyproject.toml
+	@py=$$($(call FIND_PYTHON,3.$(patsubst 3%,%,$*))) && [ -n "$$py" ] \
+	  || { echo "make: python3.$(patsubst 3%,%,$*) not found (on PATH or in pyenv)" >&2; exit 1; }; \
+	  echo "$$py -m venv .venv-py$*"; $$py -m venv .venv-py$*
+	.venv-py$*/bin/python -m pip install -q --upgrade pip
+	.venv-py$*/bin/python -m pip install -q -e '.[test]'
+	touch $@
+
+test-pythons: $(PY_VENVS:%=%/.installed-test)
+	set -e; for v in $(PY_VENVS); do $$v/bin/python --version; $$v/bin/pytest -q $(CORE_TESTS); done
+
 # Long Hypothesis run of the property fuzzers (profile "fuzz" in tests/conftest.py).
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(VENV)/bin/pytest -o timeout=3600 tests/test_properties_stateful.py tests/test_checker_broken.py
@@ -49,4 +86,4 @@ diagrams: $(STAMP) graphviz
 	$(PY) -m providers.gallery diagrams
 
 clean:
-	rm -rf $(VENV) build .hypothesis
+	rm -rf $(VENV) $(OPENAI2_VENV) $(PY_VENVS) build .hypothesis

@@ -13,16 +13,15 @@ Details never hold a key: the key the request carried (taken from its
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import re
 import ssl
-import sys
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import anyio
-import httpx2
 import openai
 import pydantic
 
@@ -30,11 +29,14 @@ from fsm import MissingCredential, Outcome, OutcomeKind
 from fsm.classify import body_kind, classify_exception, classify_status
 from fsm.redact import redact
 
+from . import transport
+
 __all__ = [
     "ClientUnavailable",
     "MalformedReply",
     "StreamInterrupted",
     "classify_openai",
+    "content_filter_error",
 ]
 
 _DETAIL_MAX = 200
@@ -74,6 +76,18 @@ class ClientUnavailable(Exception):
         super().__init__(
             f"client for {target} could not be built: {type(cause).__name__}: {_one_line(cause)}"
         )
+
+
+def content_filter_error(completion: Any) -> openai.ContentFilterFinishReasonError:
+    """The SDK's error for a content-filtered reply, with the reply as its `completion`
+    (openai 3.x takes it as an argument, 2.x's constructor takes none)."""
+    cls: Any = openai.ContentFilterFinishReasonError
+    if "completion" in inspect.signature(cls).parameters:
+        error: Any = cls(completion=completion)
+    else:
+        error = cls()
+        error.completion = completion
+    return cast(openai.ContentFilterFinishReasonError, error)
 
 
 # -- secrets -------------------------------------------------------------------------------
@@ -140,32 +154,24 @@ def _cause_name(e: BaseException) -> str:
     return type(c).__name__ if c is not None else type(e).__name__
 
 
-# -- transport exception families (httpx2, plus legacy httpx when it is loaded) --------------
+# -- transport exception families ------------------------------------------------------------
 
 
 def _timeout_types() -> tuple[type[BaseException], ...]:
-    types: list[type[BaseException]] = [httpx2.TimeoutException, TimeoutError]
-    legacy = sys.modules.get("httpx")
-    if legacy is not None and hasattr(legacy, "TimeoutException"):
-        types.append(legacy.TimeoutException)
-    return tuple(types)
+    return (*transport.timeout_errors(), TimeoutError)
 
 
 def _transport_types() -> tuple[type[BaseException], ...]:
-    types: list[type[BaseException]] = [
-        httpx2.TransportError,
-        httpx2.StreamError,
+    return (
+        *transport.transport_errors(),
+        # AnyIO (the I/O layer under both HTTP libraries) leaks some TLS and stream failures
         anyio.EndOfStream,
         anyio.BrokenResourceError,
         anyio.ClosedResourceError,
         ssl.SSLError,
         ConnectionError,
         EOFError,
-    ]
-    legacy = sys.modules.get("httpx")
-    if legacy is not None and hasattr(legacy, "TransportError"):
-        types.append(legacy.TransportError)
-    return tuple(types)
+    )
 
 
 # -- the classifier ----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from openai.types.chat import ChatCompletion
 from fsm import Attempt, Clock, HealthStore, Policy, TurnResult, adrive, drive
 from fsm.turn import Hook
 
-from .classify import MalformedReply, classify_openai
+from .classify import MalformedReply, classify_openai, content_filter_error
 from .pools import (
     AsyncClientFactory,
     AsyncClientPool,
@@ -100,9 +100,7 @@ def _check_completion(reply: Any) -> ChatCompletion:
     if not isinstance(choices, list) or not choices:
         raise MalformedReply("a chat completion without choices")
     if all(getattr(c, "finish_reason", None) == "content_filter" for c in choices):
-        import openai
-
-        raise openai.ContentFilterFinishReasonError(completion=reply)
+        raise content_filter_error(reply)
     return reply
 
 

@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import socket
-import ssl
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 import attrs
-import httpx2
 import openai
 
 from fsm import Credential, MissingCredential, Target
 
+from . import transport
 from .classify import ClientUnavailable
+from .transport import shared_ssl_context
 
 C = TypeVar("C", openai.OpenAI, openai.AsyncOpenAI)
 ClientFactory = Callable[[Target, str], openai.OpenAI]
@@ -39,50 +38,20 @@ __all__ = [
     "ClientPool",
     "async_openai_factory",
     "openai_factory",
+    "shared_ssl_context",
 ]
-
-
-_ssl_lock = threading.Lock()
-_ssl_context: ssl.SSLContext | None = None
-
-
-def shared_ssl_context() -> ssl.SSLContext:
-    """One verifying SSL context for every client we build.
-
-    Loading the CA store costs ~50 ms per SDK client; sharing the (thread-safe)
-    context makes per-(target, credential) clients and transport recovery cheap.
-    """
-    global _ssl_context
-    if _ssl_context is None:
-        with _ssl_lock:
-            if _ssl_context is None:
-                _ssl_context = httpx2.create_ssl_context()
-    return _ssl_context
-
-
-# The SDK's own pool limits; TCP_NODELAY because a request is written as head + body
-# and Nagle's algorithm would hold the body for the peer's delayed ACK (~40 ms).
-_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=5.0)
-_SOCKET_OPTIONS = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-
-
-def _transport_options() -> dict[str, Any]:
-    return {"verify": shared_ssl_context(), "limits": _LIMITS, "socket_options": _SOCKET_OPTIONS}
 
 
 def openai_factory(timeout: float) -> ClientFactory:
     """The default sync factory: `openai.OpenAI` at the target's base_url, no SDK retries."""
 
     def build(target: Target, api_key: str) -> openai.OpenAI:
-        http = openai.DefaultHttpx2Client(
-            timeout=timeout, transport=httpx2.HTTPTransport(**_transport_options())
-        )
         return openai.OpenAI(
             api_key=api_key,
             base_url=target.base_url,
             max_retries=0,
             timeout=timeout,
-            http_client=http,
+            http_client=transport.sync_http_client(timeout),
         )
 
     return build
@@ -92,15 +61,12 @@ def async_openai_factory(timeout: float) -> AsyncClientFactory:
     """The default async factory: `openai.AsyncOpenAI`, no SDK retries."""
 
     def build(target: Target, api_key: str) -> openai.AsyncOpenAI:
-        http = openai.DefaultAsyncHttpx2Client(
-            timeout=timeout, transport=httpx2.AsyncHTTPTransport(**_transport_options())
-        )
         return openai.AsyncOpenAI(
             api_key=api_key,
             base_url=target.base_url,
             max_retries=0,
             timeout=timeout,
-            http_client=http,
+            http_client=transport.async_http_client(timeout),
         )
 
     return build

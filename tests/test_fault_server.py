@@ -24,6 +24,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from providers import transport
 from providers.fault_server import (
     FaultServer,
     RequestRecord,
@@ -48,6 +49,18 @@ def srv() -> Iterator[FaultServer]:
 # The SDK's own default HTTP client, sharing one TLS context: building a context per
 # client costs ~0.1 s, and everything here is plain HTTP on loopback anyway.
 TLS = ssl.create_default_context()
+
+
+# What iterating a broken stream raises: recent openai 3.x releases wrap the HTTP library's
+# error in their own (APIConnectionError / APITimeoutError, with it as the cause), as for
+# a request that fails before the reply; openai 2.x and early 3.x let it through.
+STREAM_CUT = (openai.APIConnectionError, transport.http.RemoteProtocolError)
+STREAM_TIMEOUT = (openai.APITimeoutError, transport.http.ReadTimeout)
+
+
+def library_error(e: BaseException) -> BaseException:
+    """The HTTP library's own error behind what the SDK raised."""
+    return e.__cause__ if isinstance(e, openai.APIConnectionError) and e.__cause__ else e
 
 
 def client(srv: FaultServer, timeout: float = 5.0, key: str = "sk-test") -> openai.OpenAI:
@@ -269,10 +282,12 @@ def test_a_fault_does_not_poison_the_next_request_on_the_same_client(srv: FaultS
     )
     with client(srv) as c:
         for stream in (False, False, True):
-            with pytest.raises(openai.APIConnectionError):
+            with pytest.raises(STREAM_CUT if stream else openai.APIConnectionError) as caught:
                 reply = c.chat.completions.create(model="m", messages=MESSAGES, stream=stream)
                 for _ in reply:
                     pass
+            if stream:
+                assert isinstance(library_error(caught.value), transport.http.RemoteProtocolError)
         assert c.chat.completions.create(model="m", messages=MESSAGES).choices[0].message.content
     assert srv.count("m") == 4
 
@@ -303,8 +318,9 @@ def test_an_error_event_before_any_chunk_raises_before_anything_is_yielded(
 def test_a_cut_stream_yields_n_chunks_then_a_connection_error(srv: FaultServer) -> None:
     srv.script(one("m", kind="stream", chunks=["Hel", "lo"], then="cut"))
     got: list[str] = []
-    with pytest.raises(openai.APIConnectionError):
+    with pytest.raises(STREAM_CUT) as caught:
         stream_into(srv, "m", got)
+    assert isinstance(library_error(caught.value), transport.http.RemoteProtocolError)
     assert got == ["Hel", "lo"]
 
 
@@ -312,8 +328,9 @@ def test_a_stream_that_stalls_yields_its_chunks_then_times_out(srv: FaultServer)
     srv.script(one("m", kind="stream", chunks=2, then="hang", seconds=5))
     got: list[str] = []
     started = time.monotonic()
-    with pytest.raises(openai.APITimeoutError):
+    with pytest.raises(STREAM_TIMEOUT) as caught:
         stream_into(srv, "m", got, timeout=0.3)
+    assert isinstance(library_error(caught.value), transport.http.ReadTimeout)
     assert got == ["chunk-1 ", "chunk-2 "]
     assert time.monotonic() - started < 2
 

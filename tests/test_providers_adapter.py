@@ -12,13 +12,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx2
 import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
 from fsm import Target, TraceEvent, TurnFailed, VirtualClock, instant_waits
-from providers import AsyncFallgate, Fallgate
+from providers import AsyncFallgate, Fallgate, transport
 from providers.fault_server import FaultServer
 
 from helpers import chain
@@ -181,6 +180,7 @@ def test_a_content_filtered_reply_is_content_filtered(fault_server: FaultServer)
             gate.run(messages=MSG)
         assert "content_filtered" in str(info.value)
         assert isinstance(info.value.last_error, openai.ContentFilterFinishReasonError)
+        assert isinstance(info.value.last_error.completion, ChatCompletion)
         assert fault_server.count("b") == 0  # default policy: content filtering does not fall back
     policy = chain("a", "b", server=fault_server, rules={"content_filtered": {"fall_back": True}})
     with Fallgate(policy) as gate:
@@ -225,11 +225,11 @@ def test_an_unknown_create_argument_fails_fast_naming_it(fault_server: FaultServ
 
 
 def test_keyboard_interrupt_aborts_the_turn_and_propagates(fault_server: FaultServer) -> None:
-    def interrupt(request: httpx2.Request) -> None:
+    def interrupt(request: Any) -> None:
         raise KeyboardInterrupt
 
     def factory(target: Target, key: str) -> openai.OpenAI:
-        http = httpx2.Client(event_hooks={"request": [interrupt]})
+        http = transport.http.Client(event_hooks={"request": [interrupt]})
         return openai.OpenAI(base_url=target.base_url, api_key=key, max_retries=0, http_client=http)
 
     seen: list[TraceEvent] = []

@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from fsm import MissingCredential, OutcomeKind
+from providers import transport
 from providers.classify import (
     ClientUnavailable,
     MalformedReply,
@@ -40,7 +41,7 @@ class Caller:
 
     def __init__(self, srv: FaultServer) -> None:
         self.srv = srv
-        self.http = openai.DefaultHttpx2Client(verify=shared_ssl_context())
+        self.http = transport.DefaultClient(verify=shared_ssl_context())
         self.clients: dict[str, openai.OpenAI] = {}
 
     def client(self, key: str) -> openai.OpenAI:
