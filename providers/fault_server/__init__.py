@@ -23,7 +23,8 @@ import signal
 import sys
 import threading
 
-from .script import Script, ScriptError, Step, load_script, parse_script
+from .script import Script, ScriptError, Step, ToolCall, parse_script
+from .scriptfile import load_script
 from .server import FaultServer, RequestRecord
 from .server import _HTTPServer as _HTTPServer  # bench/throughput.py raises its backlog
 
@@ -33,6 +34,7 @@ __all__ = [
     "Script",
     "ScriptError",
     "Step",
+    "ToolCall",
     "load_script",
     "parse_script",
     "serve_main",

@@ -23,7 +23,8 @@ from typing import Any
 import attrs
 
 from .handler import POLL, Closed, Handler
-from .script import Script, Step, load_script, parse_script
+from .script import Script, Step, parse_script
+from .scriptfile import load_script
 
 __all__ = ["FaultServer", "RequestRecord", "ScriptLike"]
 
