@@ -12,8 +12,10 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -22,7 +24,7 @@ from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletionMessage, ChatCompletionMessageFunctionToolCall
 from openai.types.responses import Response
 
-from providers.fault_server import FaultServer, ScriptError, parse_script
+from providers.fault_server import FaultServer, ScriptError, load_script, parse_script
 
 KEY = "sk-fault-api-test-key-0123456789"
 MESSAGES: list[Any] = [{"role": "user", "content": "what is the weather"}]
@@ -504,7 +506,7 @@ def test_a_repeated_header_keeps_every_value(srv: FaultServer) -> None:
     assert record.headers["x-tag"] == record.header("x-tag") == "a, b"
 
 
-# --------------------------------------------------------------------------- async
+# --------------------------------------------------------------------------- async and docs
 
 
 async def test_the_async_sdk_streams_responses_and_gets_embeddings(srv: FaultServer) -> None:
@@ -515,3 +517,13 @@ async def test_the_async_sdk_streams_responses_and_gets_embeddings(srv: FaultSer
         vectors = await c.embeddings.create(model="e", input=["x", "y"])
     assert types == RESPONSE_EVENTS[:5] + RESPONSE_EVENTS[6:]  # two words: two deltas
     assert len(vectors.data) == 2 and isinstance(vectors.data[0].embedding[0], float)
+
+
+def test_every_toml_example_in_the_fault_server_docs_loads(tmp_path: Path) -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "fault-server.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", doc, re.S)
+    assert len(blocks) >= 2
+    for i, block in enumerate(blocks):
+        path = tmp_path / f"example-{i}.toml"
+        path.write_text(block)
+        assert load_script(path).models
