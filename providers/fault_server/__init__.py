@@ -3,18 +3,23 @@
 Real HTTP on loopback (stdlib ``ThreadingHTTPServer``, HTTP/1.1 keep-alive,
 chunked SSE streams), scripted per model: each request for a model takes that
 model's next step; when the steps are used up the ``default`` step repeats.
-The real ``openai`` SDK talks to it exactly as it talks to a provider, so the
-faults it sees (statuses, hangs, drops, cut streams) are the real ones.
+It serves ``/v1/chat/completions``, ``/v1/responses`` (plain and streamed),
+``/v1/embeddings`` and ``/v1/models``. The real ``openai`` SDK talks to it
+exactly as it talks to a provider, so the faults it sees (statuses, hangs,
+drops, cut streams, error events) are the real ones.
 
     with FaultServer({"models": {"glm-5.1": [{"kind": "status", "status": 429}]}}) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="sk-test", max_retries=0)
 
 Modules: `.script` (the script format, its step kinds, parsing and
-validation), `.server` (`FaultServer`, `RequestRecord`), `.handler` (the HTTP
-request handler that plays each step), `.replies` (the OpenAI-shaped bodies).
+validation), `.scriptfile` (`load_script`), `.server` (`FaultServer`),
+`.records` (`RequestRecord`, `RequestHeaders`), `.handler` (the HTTP request
+handler: routes, and each step played), `.replies` (the chat completion,
+embedding and error bodies), `.responses` (the Responses API shapes).
 
-The server binds loopback only: it keeps the bearer tokens it receives (in
-memory, for credential-rotation tests), and never prints or logs them.
+The server binds loopback only: it keeps the bearer tokens and headers it
+receives (in memory, for credential tests), and never prints or logs a secret
+one (`RequestHeaders` redacts them; `RequestRecord.header` reads them).
 """
 
 from __future__ import annotations
@@ -23,16 +28,20 @@ import signal
 import sys
 import threading
 
-from .script import Script, ScriptError, Step, load_script, parse_script
-from .server import FaultServer, RequestRecord
+from .records import RequestHeaders, RequestRecord
+from .script import Script, ScriptError, Step, ToolCall, parse_script
+from .scriptfile import load_script
+from .server import FaultServer
 from .server import _HTTPServer as _HTTPServer  # bench/throughput.py raises its backlog
 
 __all__ = [
     "FaultServer",
+    "RequestHeaders",
     "RequestRecord",
     "Script",
     "ScriptError",
     "Step",
+    "ToolCall",
     "load_script",
     "parse_script",
     "serve_main",

@@ -10,11 +10,12 @@ import json
 import select
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
-from . import replies
+from . import replies, responses
+from .records import RequestHeaders
 from .script import Step
 
 if TYPE_CHECKING:
@@ -22,14 +23,21 @@ if TYPE_CHECKING:
 
 POLL = 0.05  # how often a held request looks for shutdown / client hang-up
 
+#: The POST endpoints, and which API shapes their replies take.
+ROUTES = {
+    "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
+}
+
 
 class Closed(Exception):
     """The client went away or the server is stopping: stop writing."""
 
 
 class Handler(BaseHTTPRequestHandler):
-    """One client connection (HTTP/1.1 keep-alive): ``GET /v1/models[/ID]`` and
-    ``POST /v1/chat/completions``, each answered by the model's next step."""
+    """One client connection (HTTP/1.1 keep-alive): ``GET /v1/models[/ID]``, and
+    ``POST`` to each of `ROUTES`, answered by the model's next step."""
 
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # small SSE/JSON writes must not wait ~40 ms for ACKs
@@ -102,10 +110,16 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%X\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
-    def _event(self, obj: Any) -> None:
-        self._chunk(
-            b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
-        )
+    def _event(self, obj: Any, name: str | None = None) -> None:
+        """One SSE event: ``event: NAME`` (if named) and ``data: JSON``."""
+        head = b"event: %s\n" % name.encode() if name else b""
+        data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        self._chunk(head + b"data: " + data + b"\n\n")
+
+    def _events(self, events: Sequence[dict[str, Any]]) -> None:
+        """Responses API events, each named by its ``type``."""
+        for event in events:
+            self._event(event, event["type"])
 
     # -- routes
 
@@ -129,20 +143,39 @@ class Handler(BaseHTTPRequestHandler):
             request = self._read_json()
             if request is None:
                 return
-            if path != "/v1/chat/completions":
+            api = ROUTES.get(path)
+            if api is None:
                 self._error(404, f"no route for POST {path}")
                 return
             model = request.get("model")
             if not isinstance(model, str) or not model:
                 self._error(400, "the request needs a 'model' string")
                 return
-            stream = request.get("stream") is True
+            stream = api != "embeddings" and request.get("stream") is True
+            if api == "embeddings" and not self._embeddable(request):
+                return
             auth = self.headers.get("Authorization", "")
             api_key = auth[7:] if auth[:7].lower() == "bearer " else None
-            step, index = self.server.owner._take(model, stream, api_key, path, request)
-            self._play(step, index, model, stream, request)
+            headers = RequestHeaders(self.headers.items())
+            owner = self.server.owner
+            step, index = owner._take(model, stream, api_key, path, request, headers)
+            self._play(step, index, api, model, stream, request)
         except (Closed, OSError):
             self.close_connection = True
+
+    def _embeddable(self, request: Mapping[str, Any]) -> bool:
+        """Is this embeddings request one the server can answer? (Else a 400.)"""
+        if replies.embedding_inputs(request.get("input")) is None:
+            self._error(400, "'input' must be a non-empty string, list of strings or token arrays")
+            return False
+        dims = request.get("dimensions", replies.EMBEDDING_DIMENSIONS)
+        if isinstance(dims, bool) or not isinstance(dims, int) or not 1 <= dims <= 8192:
+            self._error(400, "'dimensions' must be an integer between 1 and 8192")
+            return False
+        if request.get("encoding_format", "float") not in ("float", "base64"):
+            self._error(400, "'encoding_format' must be 'float' or 'base64'")
+            return False
+        return True
 
     def _read_json(self) -> dict[str, Any] | None:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
@@ -171,17 +204,19 @@ class Handler(BaseHTTPRequestHandler):
     # -- steps
 
     def _play(
-        self, step: Step, index: int | None, model: str, stream: bool, request: Mapping[str, Any]
+        self,
+        step: Step,
+        index: int | None,
+        api: str,
+        model: str,
+        stream: bool,
+        request: Mapping[str, Any],
     ) -> None:
         if step.delay:
             self._hold(step.delay)
         kind = step.kind
-        if kind == "answer":
-            if stream:
-                pieces = replies.answer_pieces(step.text, step.chunks)
-                self._stream(step, model, request, pieces, "done")
-            else:
-                self._json(200, replies.completion(model, step.text, step.finish_reason, request))
+        if kind in ("answer", "tool_calls", "stream"):
+            self._reply(step, index, api, model, stream, request)
         elif kind == "status":
             body = step.body
             if body is None:
@@ -201,34 +236,62 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         elif kind == "drop_mid_body":
             self.close_connection = True
-            full = json.dumps(replies.completion(model, step.text, "stop", request)).encode()
+            full = json.dumps(self._body(step, api, model, request)).encode()
             self._send(200, full[: len(full) // 2], "application/json", length=len(full))
         elif kind == "invalid_json":
             body = step.body if step.body is not None else replies.BROKEN_JSON
             self._send(200, body.encode(), "application/json")
         elif kind == "empty":
             self._send(200, b"", "application/json")
-        elif kind == "stream":
-            if not stream:
-                self._error(
-                    400,
-                    f"fault script: the step for model {model!r} (index {index}) is a stream "
-                    "step, but the request did not ask for stream=true",
-                )
-                return
-            self._stream(step, model, request, replies.stream_pieces(step.chunks), step.then)
 
-    def _stream(
+    def _body(self, step: Step, api: str, model: str, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The whole JSON reply of an answer (or tool calls) on this endpoint."""
+        calls = replies.identify(step.tool_calls)
+        if api == "responses":
+            return responses.response(model, request, step.text, calls)
+        if api == "embeddings":
+            inputs = replies.embedding_inputs(request.get("input")) or [""]
+            dims = request.get("dimensions", replies.EMBEDDING_DIMENSIONS)
+            encoding = request.get("encoding_format", "float")
+            return replies.embeddings(model, inputs, dims, encoding)
+        return replies.completion(model, step.text, step.finish_reason, request, calls)
+
+    def _reply(
         self,
         step: Step,
+        index: int | None,
+        api: str,
         model: str,
+        stream: bool,
         request: Mapping[str, Any],
-        pieces: Sequence[str],
-        then: str,
     ) -> None:
-        opts = request.get("stream_options")
-        usage = isinstance(opts, Mapping) and opts.get("include_usage") is True
-        ident, created = replies.new_id(), int(time.time())
+        """An ``answer``, ``tool_calls`` or ``stream`` step on this endpoint."""
+        where = f"the step for model {model!r} (index {index}) is a {step.kind} step"
+        if api == "embeddings" and step.kind != "answer":
+            self._error(400, f"fault script: {where}, which /v1/embeddings cannot answer")
+        elif step.kind == "stream" and not stream:
+            self._error(400, f"fault script: {where}, but the request did not ask for stream=true")
+        elif not stream:
+            self._json(200, self._body(step, api, model, request))
+        else:
+            calls = replies.identify(step.tool_calls)
+            if step.kind == "stream":
+                pieces, then = replies.stream_pieces(step.chunks), step.then
+            elif step.kind == "tool_calls":
+                pieces = replies.answer_pieces(step.text, None) if step.text else []
+                then = "done"
+            else:
+                pieces, then = replies.answer_pieces(step.text, step.chunks), "done"
+            # a tool_calls step's `chunks`: how many pieces each call's arguments come in
+            args = step.chunks if step.kind == "tool_calls" and isinstance(step.chunks, int) else 3
+            if api == "responses":
+                self._stream_responses(step, model, request, pieces, calls, args, then)
+            else:
+                deltas = replies.chat_deltas(pieces, calls, args)
+                said = replies.spoken("".join(pieces), calls)
+                self._stream_chat(step, model, request, deltas, said, then)
+
+    def _open_stream(self, then: str) -> None:
         if then != "done":
             self.close_connection = True
         self.send_response(200)
@@ -240,24 +303,79 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
 
+    def _end_stream(self, step: Step, openai_error: Callable[[], tuple[str | None, Any]]) -> None:
+        """After the last event: the scripted ending other than "done"; on
+        "error", the error event in the step's `error_shape` (OpenAI's made by
+        `openai_error`: the event name, if any, and the data)."""
+        if step.then == "error":
+            if step.error_shape == "anthropic":
+                self._event(replies.anthropic_error(step.error), "error")
+            else:
+                name, data = openai_error()
+                self._event(data, name)
+            self._chunk(b"")
+        elif step.then == "hang":
+            self._hold(step.seconds)
+        # "cut" (and "hang" after holding): return with close_connection set,
+        # so the socket closes with the chunked body unfinished.
+
+    def _stream_chat(
+        self,
+        step: Step,
+        model: str,
+        request: Mapping[str, Any],
+        deltas: Sequence[dict[str, Any]],
+        said: str,
+        then: str,
+    ) -> None:
+        opts = request.get("stream_options")
+        usage = isinstance(opts, Mapping) and opts.get("include_usage") is True
+        ident, created = replies.new_id(), int(time.time())
+        self._open_stream(then)
+
         def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
             return replies.chunk(ident, created, model, delta, finish, with_usage=usage)
 
-        for n, piece in enumerate(pieces):
+        for n, delta in enumerate(deltas):
             if n and step.interval:
                 self._hold(step.interval)
-            delta = {"role": "assistant", "content": piece} if n == 0 else {"content": piece}
             self._event(chunk(delta, None))
         if then == "done":
             self._event(chunk({}, step.finish_reason))
             if usage:
-                self._event(replies.usage_chunk(ident, created, model, request, "".join(pieces)))
+                self._event(replies.usage_chunk(ident, created, model, request, said))
             self._event(b"[DONE]")
             self._chunk(b"")  # the terminating zero-length chunk
-        elif then == "error":
-            self._event({"error": replies.stream_error(step.error)})
-            self._chunk(b"")
-        elif then == "hang":
-            self._hold(step.seconds)
-        # "cut" (and "hang" after holding): return with close_connection set,
-        # so the socket closes with the chunked body unfinished.
+        else:
+            self._end_stream(step, lambda: (None, {"error": replies.stream_error(step.error)}))
+
+    def _stream_responses(
+        self,
+        step: Step,
+        model: str,
+        request: Mapping[str, Any],
+        pieces: Sequence[str],
+        calls: Sequence[replies.IdentifiedCall],
+        args: int,
+        then: str,
+    ) -> None:
+        events = responses.ResponseEvents(model, request)
+        self._open_stream(then)
+        self._events(events.start())
+        if pieces or not calls:
+            self._events(events.open_message())
+            for n, piece in enumerate(pieces):
+                if n and step.interval:
+                    self._hold(step.interval)
+                self._events([events.delta(piece)])
+        if then != "done":
+            self._end_stream(step, lambda: ("error", events.error(step.error)))
+            return
+        if pieces or not calls:
+            self._events(events.close_message())
+        for n, call in enumerate(calls):
+            if step.interval and (n or pieces):
+                self._hold(step.interval)
+            self._events(events.function_call(call, args))
+        self._events([events.completed(calls)])
+        self._chunk(b"")

@@ -1,17 +1,25 @@
 """What the fault server sends: OpenAI-shaped JSON bodies, as plain dicts.
 
-Chat completions and stream chunks (with usage), error bodies, model objects,
-and how a scripted text is cut into stream pieces. No I/O here.
+Chat completions and stream chunks (with usage and tool calls), embeddings,
+error bodies (OpenAI's and Anthropic's), model objects, and how a scripted
+text is cut into stream pieces. No I/O here. (The Responses API shapes are in
+`.responses`.)
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import itertools
+import json
 import re
+import struct
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from .script import ToolCall
 
 #: The body of an ``invalid_json`` step that gives none.
 BROKEN_JSON = '{"id": "chatcmpl-broken", "choices": [ <html>oops'
@@ -20,14 +28,27 @@ _ids = itertools.count(1)
 _ids_lock = threading.Lock()
 
 
-def new_id() -> str:
-    """A fresh completion id, unique in this process: ``chatcmpl-fault-000001``."""
+def new_id(prefix: str = "chatcmpl-fault-") -> str:
+    """A fresh id, unique in this process: ``chatcmpl-fault-000001``."""
     with _ids_lock:
-        return f"chatcmpl-fault-{next(_ids):06d}"
+        return f"{prefix}{next(_ids):06d}"
 
 
 def _tokens(text: str) -> int:
     return len(text.split())
+
+
+#: A scripted call with the id it is sent under (the script's, or a fresh one).
+IdentifiedCall = tuple[str, ToolCall]
+
+
+def identify(calls: Sequence[ToolCall]) -> list[IdentifiedCall]:
+    return [(c.id or new_id("call_fault_"), c) for c in calls]
+
+
+def spoken(text: str, calls: Sequence[IdentifiedCall]) -> str:
+    """What the model "said", for token counts: the text and the call arguments."""
+    return " ".join([text, *(c.arguments for _, c in calls)])
 
 
 def usage(request: Mapping[str, Any], text: str) -> dict[str, int]:
@@ -46,8 +67,25 @@ def usage(request: Mapping[str, Any], text: str) -> dict[str, int]:
     }
 
 
-def completion(model: str, text: str, finish: str, request: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``chat.completion`` answering `request` with `text`."""
+def completion(
+    model: str,
+    text: str,
+    finish: str,
+    request: Mapping[str, Any],
+    calls: Sequence[IdentifiedCall] = (),
+) -> dict[str, Any]:
+    """A ``chat.completion`` answering `request` with `text` (and tool `calls`)."""
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    if calls:
+        message["content"] = text or None
+        message["tool_calls"] = [
+            {
+                "id": ident,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for ident, c in calls
+        ]
     return {
         "id": new_id(),
         "object": "chat.completion",
@@ -57,13 +95,33 @@ def completion(model: str, text: str, finish: str, request: Mapping[str, Any]) -
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish,
             }
         ],
-        "usage": usage(request, text),
+        "usage": usage(request, spoken(text, calls)),
     }
+
+
+def chat_deltas(
+    pieces: Sequence[str], calls: Sequence[IdentifiedCall], arg_pieces: int
+) -> list[dict[str, Any]]:
+    """The deltas of a streamed chat answer: the text pieces, then each tool
+    call (its id, type and name with empty arguments, then the arguments in
+    `arg_pieces` pieces); the first delta carries the role."""
+    out: list[dict[str, Any]] = [{"content": p} for p in pieces]
+    for index, (ident, call) in enumerate(calls):
+        function = {"name": call.name, "arguments": ""}
+        opener = {"index": index, "id": ident, "type": "function", "function": function}
+        out.append({"tool_calls": [opener]})
+        for part in split(call.arguments, arg_pieces):
+            out.append({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
+    if out:
+        first = {"role": "assistant", **out[0]}
+        first.setdefault("content", None)
+        out[0] = first
+    return out
 
 
 def chunk(
@@ -111,6 +169,14 @@ def stream_error(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
+def anthropic_error(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An Anthropic-style stream error event: ``{"type": "error", "error": {...}}``."""
+    return {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "Overloaded", **(overrides or {})},
+    }
+
+
 def error_type(status: int) -> str:
     """The OpenAI error ``type`` that goes with an HTTP status."""
     return {
@@ -146,6 +212,12 @@ def answer_pieces(text: str, chunks: int | tuple[str, ...] | None) -> list[str]:
     return out
 
 
+def split(text: str, n: int) -> list[str]:
+    """`text` in `n` near-equal pieces, fewer if it is shorter (never an empty piece
+    unless `text` is empty)."""
+    return answer_pieces(text, max(1, min(n, len(text))))
+
+
 def stream_pieces(chunks: int | tuple[str, ...] | None) -> list[str]:
     """A ``stream`` step's pieces: the given list, or ``chunk-1 ``, ... (3 by default)."""
     if chunks is None:
@@ -153,3 +225,67 @@ def stream_pieces(chunks: int | tuple[str, ...] | None) -> list[str]:
     if isinstance(chunks, int):
         return [f"chunk-{i} " for i in range(1, chunks + 1)]
     return list(chunks)
+
+
+# --------------------------------------------------------------------------- embeddings
+
+EMBEDDING_DIMENSIONS = 16
+
+
+def embedding_inputs(raw: Any) -> list[str | list[int]] | None:
+    """The inputs of an embeddings request (a string, strings, a token array or
+    token arrays), one per vector; None when `input` is none of these."""
+    if isinstance(raw, str):
+        return [raw]
+    if not isinstance(raw, list) or not raw:
+        return None
+    if all(isinstance(x, str) for x in raw):
+        return list(raw)
+    if all(_is_int(x) for x in raw):
+        return [list(raw)]
+    if all(isinstance(x, list) and x and all(_is_int(t) for t in x) for x in raw):
+        return [list(x) for x in raw]
+    return None
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def vector(item: str | list[int], dimensions: int) -> list[float]:
+    """A deterministic unit vector for one input: SHA-256 of the input stretched
+    to `dimensions` numbers, normalised, each exactly a float32 (so the float
+    and base64 encodings of it are the same numbers)."""
+    seed = (item if isinstance(item, str) else json.dumps(item)).encode()
+    raw: list[float] = []
+    block = 0
+    while len(raw) < dimensions:
+        digest = hashlib.sha256(b"%d:" % block + seed).digest()
+        raw.extend(n / 2**31 - 1.0 for n in struct.unpack(">8I", digest))
+        block += 1
+    raw = raw[:dimensions]
+    norm = sum(x * x for x in raw) ** 0.5 or 1.0
+    return list(
+        struct.unpack(f"<{dimensions}f", struct.pack(f"<{dimensions}f", *(x / norm for x in raw)))
+    )
+
+
+def embeddings(
+    model: str, inputs: Sequence[str | list[int]], dimensions: int, encoding: str
+) -> dict[str, Any]:
+    """A ``list`` of ``embedding`` objects, one per input, as floats or base64
+    (little-endian float32, as OpenAI sends them)."""
+    data = []
+    for i, item in enumerate(inputs):
+        vec = vector(item, dimensions)
+        sent: list[float] | str = vec
+        if encoding == "base64":
+            sent = base64.b64encode(struct.pack(f"<{dimensions}f", *vec)).decode()
+        data.append({"object": "embedding", "index": i, "embedding": sent})
+    tokens = sum(_tokens(x) if isinstance(x, str) else len(x) for x in inputs)
+    return {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }

@@ -1,6 +1,6 @@
 """The fault script: its schema, parsing and validation (`Step`, `Script`, `ScriptError`).
 
-A script is a mapping, or a JSON / TOML file read by `load_script`::
+A script is a mapping, or a JSON / TOML file read by `.scriptfile.load_script`::
 
     {"default": {"kind": "answer", "text": "ok"},
      "models": {"glm-5.1": [{"kind": "timeout"},
@@ -29,19 +29,25 @@ takes ``delay``, seconds before anything is sent):
   chunk and ``[DONE]``), "error" (an SSE ``data: {"error": ...}`` event with
   ``error`` as its object, then close), "cut" (close mid-stream: no
   ``[DONE]``, no terminating chunk) or "hang" (stall ``seconds``, then cut);
-  ``interval`` between chunks.
+  ``interval`` between chunks; ``error_shape``: "openai" (default) or
+  "anthropic" (``event: error`` with ``{"type": "error", "error": {...}}``).
+- ``tool_calls``: ``tool_calls`` (required: a list of ``{name, arguments}``,
+  ``arguments`` a JSON object or a string sent as-is, optional ``id``);
+  ``text`` (content sent with the calls, default none), ``finish_reason``
+  ("tool_calls"); for stream requests ``chunks`` (each call's arguments in N
+  pieces, default 3) and ``interval``.
+
+Every kind answers ``/v1/chat/completions`` and ``/v1/responses``; on
+``/v1/embeddings`` an ``answer`` is a list of vectors, and ``stream`` /
+``tool_calls`` steps are refused with a 400.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
-import os
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -49,12 +55,13 @@ import attrs
 
 __all__ = [
     "DEFAULT_STEP",
+    "ERROR_SHAPES",
     "KINDS",
     "STREAM_ENDINGS",
     "Script",
     "ScriptError",
     "Step",
-    "load_script",
+    "ToolCall",
     "parse_script",
 ]
 
@@ -68,8 +75,10 @@ KINDS = (
     "invalid_json",
     "empty",
     "stream",
+    "tool_calls",
 )
 STREAM_ENDINGS = ("done", "error", "cut", "hang")
+ERROR_SHAPES = ("openai", "anthropic")
 _MAX_SECONDS = 3600.0
 
 
@@ -177,8 +186,57 @@ _FIELDS: dict[str, frozenset[str]] = {
     "drop_mid_body": frozenset(),
     "invalid_json": frozenset({"body"}),
     "empty": frozenset(),
-    "stream": frozenset({"chunks", "then", "error", "interval", "seconds"}),
+    "stream": frozenset({"chunks", "then", "error", "error_shape", "interval", "seconds"}),
+    "tool_calls": frozenset({"tool_calls", "text", "finish_reason", "chunks", "interval"}),
 }
+
+
+@attrs.frozen
+class ToolCall:
+    """One function call of a ``tool_calls`` step; `arguments` is the JSON text sent."""
+
+    name: str
+    arguments: str = "{}"
+    id: str | None = None
+
+    @classmethod
+    def parse(cls, raw: Any, path: tuple[str | int, ...]) -> ToolCall:
+        if not isinstance(raw, Mapping):
+            raise ScriptError(
+                f"expected a call like {{name = ..., arguments = ...}}, got {raw!r}", path
+            )
+        for key in raw:
+            if key not in ("name", "arguments", "id"):
+                raise ScriptError("unknown field; allowed: arguments, id, name", (*path, str(key)))
+        if "name" not in raw:
+            raise ScriptError("missing field (the function name)", (*path, "name"))
+        name = _string(raw["name"], (*path, "name"))
+        call_id = _string(raw["id"], (*path, "id")) if "id" in raw else None
+        args = raw.get("arguments", {})
+        if not isinstance(args, str):
+            if not isinstance(args, Mapping):
+                raise ScriptError(
+                    f"expected a JSON object or a string, got {args!r}", (*path, "arguments")
+                )
+            try:
+                args = json.dumps(args, separators=(",", ":"), ensure_ascii=False)
+            except (TypeError, ValueError) as e:
+                raise ScriptError(f"not JSON: {e}", (*path, "arguments")) from None
+        return cls(name=name, arguments=args, id=call_id)
+
+
+def _tool_calls(raw: Any, path: tuple[str | int, ...]) -> tuple[ToolCall, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise ScriptError(f"expected a non-empty list of calls, got {raw!r}", path)
+    return tuple(ToolCall.parse(c, (*path, i)) for i, c in enumerate(raw))
+
+
+def _default_text(step: Step) -> str:
+    return "" if step.kind == "tool_calls" else "ok"
+
+
+def _default_finish(step: Step) -> str:
+    return "tool_calls" if step.kind == "tool_calls" else "stop"
 
 
 @attrs.frozen
@@ -187,8 +245,8 @@ class Step:
 
     kind: str
     delay: float = 0.0
-    text: str = "ok"
-    finish_reason: str = "stop"
+    text: str = attrs.field(default=attrs.Factory(_default_text, takes_self=True))
+    finish_reason: str = attrs.field(default=attrs.Factory(_default_finish, takes_self=True))
     status: int = 200
     headers: tuple[tuple[str, str], ...] = ()
     body: Any = None
@@ -198,6 +256,8 @@ class Step:
     then: str = "done"
     error: Mapping[str, Any] | None = None
     interval: float = 0.0
+    error_shape: str = "openai"
+    tool_calls: tuple[ToolCall, ...] = ()
 
     @classmethod
     def parse(cls, raw: Any, path: Sequence[str | int] = ()) -> Step:
@@ -243,6 +303,12 @@ class Step:
                     raise ScriptError(f"expected a JSON object, array or string, got {value!r}", at)
                 else:
                     out[key] = value
+            elif key == "chunks" and kind == "tool_calls":
+                if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+                    raise ScriptError(
+                        f"expected a piece count between 1 and 1000, got {value!r}", at
+                    )
+                out[key] = value
             elif key == "chunks":
                 out[key] = _chunks(value, at, 1 if kind == "answer" else 0)
             elif key == "then":
@@ -251,6 +317,14 @@ class Step:
                         f"expected one of: {', '.join(STREAM_ENDINGS)}, got {value!r}", at
                     )
                 out[key] = value
+            elif key == "error_shape":
+                if value not in ERROR_SHAPES:
+                    raise ScriptError(
+                        f"expected one of: {', '.join(ERROR_SHAPES)}, got {value!r}", at
+                    )
+                out[key] = value
+            elif key == "tool_calls":
+                out[key] = _tool_calls(value, at)
             elif key == "error":
                 if not isinstance(value, Mapping):
                     raise ScriptError(
@@ -264,8 +338,14 @@ class Step:
             if "text" in out and out["text"] != joined:
                 raise ScriptError("the chunks must join to the text", (*where, "chunks"))
             out["text"] = joined
-        if kind == "stream" and "error" in out and out.get("then") != "error":
-            raise ScriptError('only used with then = "error"', (*where, "error"))
+        for key in ("error", "error_shape"):
+            if kind == "stream" and key in out and out.get("then") != "error":
+                raise ScriptError('only used with then = "error"', (*where, key))
+        if kind == "tool_calls" and "tool_calls" not in raw:
+            raise ScriptError(
+                "missing field (a list like [{name = ..., arguments = {...}}])",
+                (*where, "tool_calls"),
+            )
         return cls(**out)
 
     def describe(self) -> str:
@@ -275,6 +355,8 @@ class Step:
         if self.kind == "stream":
             n = self.chunks if isinstance(self.chunks, int) else len(self.chunks or ())
             return f"stream {n} then {self.then}"
+        if self.kind == "tool_calls":
+            return f"tool_calls {', '.join(c.name for c in self.tool_calls)}"
         if self.kind in ("timeout", "hang"):
             return f"{self.kind} {self.seconds:g}s"
         if self.kind == "answer":
@@ -348,94 +430,3 @@ def parse_script(raw: Any) -> Script:
             Step.parse(s, ("models", str(model), i)) for i, s in enumerate(steps)
         )
     return Script(models=models, default=default)
-
-
-def load_script(path: str | os.PathLike[str]) -> Script:
-    """Read and validate a JSON or TOML script file (by suffix, else by content)."""
-    name = os.fspath(path)
-    try:
-        text = Path(name).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
-        raise ScriptError(f"cannot read the script file: {reason}", file=name) from None
-    is_json = name.endswith(".json") or (
-        not name.endswith(".toml") and text.lstrip().startswith("{")
-    )
-    try:
-        if is_json:
-            raw = json.loads(text)
-        else:
-            raw = tomllib.loads(text)
-    except json.JSONDecodeError as e:
-        raise ScriptError(
-            f"invalid JSON: {e.msg} (column {e.colno})", file=name, line=e.lineno
-        ) from None
-    except tomllib.TOMLDecodeError as e:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
-        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(e))
-        line = int(m.group(1)) if m else None
-        col = f" (column {m.group(2)})" if m else ""
-        raise ScriptError(f"invalid TOML: {msg}{col}", file=name, line=line) from None
-    try:
-        return parse_script(raw)
-    except ScriptError as e:
-        if is_json:
-            line = _json_line(text, e.path)
-        else:
-            # Imported here: a valid script (and the pytest plugin) need not load `fsm`.
-            from fsm.tomlpos import toml_line
-
-            line = toml_line(text, e.path)
-        raise e.located(name, line) from None
-
-
-def _json_line(text: str, path: tuple[str | int, ...]) -> int | None:
-    """Line of the deepest part of `path` found in the JSON text."""
-    offsets = _json_offsets(text)
-    for n in range(len(path), -1, -1):
-        if path[:n] in offsets:
-            return text.count("\n", 0, offsets[path[:n]]) + 1
-    return None
-
-
-def _json_offsets(text: str) -> dict[tuple[str | int, ...], int]:
-    """Offset of every value in a (valid) JSON document, by its key path."""
-    out: dict[tuple[str | int, ...], int] = {}
-    decoder = json.JSONDecoder()
-
-    def skip(i: int) -> int:
-        while i < len(text) and text[i] in " \t\r\n":
-            i += 1
-        return i
-
-    def value(i: int, path: tuple[str | int, ...]) -> int:
-        i = skip(i)
-        out[path] = i
-        if text[i] == "{":
-            i = skip(i + 1)
-            if text[i] == "}":
-                return i + 1
-            while True:
-                key, i = json.decoder.scanstring(text, skip(i) + 1)  # type: ignore[attr-defined]
-                i = value(skip(i) + 1, (*path, key))
-                i = skip(i)
-                if text[i] != ",":
-                    return i + 1
-                i += 1
-        if text[i] == "[":
-            i = skip(i + 1)
-            if text[i] == "]":
-                return i + 1
-            for n in itertools.count():
-                i = skip(value(i, (*path, n)))
-                if text[i] != ",":
-                    return i + 1
-                i += 1
-        _, end = decoder.raw_decode(text, i)
-        return int(end)
-
-    try:
-        value(0, ())
-    except (ValueError, IndexError, RecursionError):
-        pass
-    return out

@@ -1,4 +1,4 @@
-"""The fault server itself: `FaultServer` (lifecycle, script, counts) and `RequestRecord`.
+"""The fault server itself: `FaultServer` (lifecycle, script, counts, `RequestRecord`s).
 
 Real HTTP on loopback (stdlib ``ThreadingHTTPServer``, HTTP/1.1 keep-alive,
 chunked SSE streams). The server binds loopback only: it keeps the bearer
@@ -20,30 +20,14 @@ from http.server import ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-import attrs
-
 from .handler import POLL, Closed, Handler
-from .script import Script, Step, load_script, parse_script
+from .records import RequestHeaders, RequestRecord
+from .script import Script, Step, parse_script
+from .scriptfile import load_script
 
 __all__ = ["FaultServer", "RequestRecord", "ScriptLike"]
 
 log = logging.getLogger("fallgate.fault_server")
-
-
-@attrs.frozen
-class RequestRecord:
-    """One request the server received. `api_key` is kept for credential-rotation
-    tests only: it is never printed, logged, or shown in the repr."""
-
-    model: str
-    stream: bool
-    api_key: str | None = attrs.field(repr=False)
-    time: float  # time.monotonic() when the request was read
-    path: str = "/v1/chat/completions"
-    kind: str = "answer"  # the kind of step that answered it
-    step: int | None = None  # index in the model's steps; None for the default step
-    body: Mapping[str, Any] = attrs.field(factory=dict, repr=False, eq=False)
-
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -104,7 +88,6 @@ class _HTTPServer(ThreadingHTTPServer):
                 pass
         for t in handlers:
             t.join()
-
 
 
 def _is_loopback(host: str) -> bool:
@@ -211,7 +194,7 @@ class FaultServer:
         return self._script
 
     def count(self, model: str) -> int:
-        """Chat-completion requests received for `model` since the last script."""
+        """Requests received for `model` (on any endpoint) since the last script."""
         with self._lock:
             return self._counts.get(model, 0)
 
@@ -237,6 +220,7 @@ class FaultServer:
         api_key: str | None,
         path: str,
         body: Mapping[str, Any],
+        headers: RequestHeaders | None = None,
     ) -> tuple[Step, int | None]:
         with self._lock:
             steps = self._script.models.get(model, ())
@@ -254,6 +238,7 @@ class FaultServer:
                     kind=step.kind,
                     step=index,
                     body=body,
+                    headers=headers if headers is not None else RequestHeaders(),
                 )
             )
             return step, index

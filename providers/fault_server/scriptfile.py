@@ -1,0 +1,106 @@
+"""Script files: `load_script` reads a JSON or TOML fault script, and a bad one
+raises `ScriptError` naming the file and the line of the bad field."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import tomllib
+from pathlib import Path
+
+from .script import Script, ScriptError, parse_script
+
+__all__ = ["load_script"]
+
+
+def load_script(path: str | os.PathLike[str]) -> Script:
+    """Read and validate a JSON or TOML script file (by suffix, else by content)."""
+    name = os.fspath(path)
+    try:
+        text = Path(name).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise ScriptError(f"cannot read the script file: {reason}", file=name) from None
+    is_json = name.endswith(".json") or (
+        not name.endswith(".toml") and text.lstrip().startswith("{")
+    )
+    try:
+        if is_json:
+            raw = json.loads(text)
+        else:
+            raw = tomllib.loads(text)
+    except json.JSONDecodeError as e:
+        raise ScriptError(
+            f"invalid JSON: {e.msg} (column {e.colno})", file=name, line=e.lineno
+        ) from None
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(e))
+        line = int(m.group(1)) if m else None
+        col = f" (column {m.group(2)})" if m else ""
+        raise ScriptError(f"invalid TOML: {msg}{col}", file=name, line=line) from None
+    try:
+        return parse_script(raw)
+    except ScriptError as e:
+        if is_json:
+            line = _json_line(text, e.path)
+        else:
+            # Imported here: a valid script (and the pytest plugin) need not load `fsm`.
+            from fsm.tomlpos import toml_line
+
+            line = toml_line(text, e.path)
+        raise e.located(name, line) from None
+
+
+def _json_line(text: str, path: tuple[str | int, ...]) -> int | None:
+    """Line of the deepest part of `path` found in the JSON text."""
+    offsets = _json_offsets(text)
+    for n in range(len(path), -1, -1):
+        if path[:n] in offsets:
+            return text.count("\n", 0, offsets[path[:n]]) + 1
+    return None
+
+
+def _json_offsets(text: str) -> dict[tuple[str | int, ...], int]:
+    """Offset of every value in a (valid) JSON document, by its key path."""
+    out: dict[tuple[str | int, ...], int] = {}
+    decoder = json.JSONDecoder()
+
+    def skip(i: int) -> int:
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+        return i
+
+    def value(i: int, path: tuple[str | int, ...]) -> int:
+        i = skip(i)
+        out[path] = i
+        if text[i] == "{":
+            i = skip(i + 1)
+            if text[i] == "}":
+                return i + 1
+            while True:
+                key, i = json.decoder.scanstring(text, skip(i) + 1)  # type: ignore[attr-defined]
+                i = value(skip(i) + 1, (*path, key))
+                i = skip(i)
+                if text[i] != ",":
+                    return i + 1
+                i += 1
+        if text[i] == "[":
+            i = skip(i + 1)
+            if text[i] == "]":
+                return i + 1
+            for n in itertools.count():
+                i = skip(value(i, (*path, n)))
+                if text[i] != ",":
+                    return i + 1
+                i += 1
+        _, end = decoder.raw_decode(text, i)
+        return int(end)
+
+    try:
+        value(0, ())
+    except (ValueError, IndexError, RecursionError):
+        pass
+    return out
