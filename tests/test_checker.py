@@ -19,12 +19,12 @@ from fsm import Policy, TransitionsTurn, Turn
 from fsm.checker import (
     PROPERTIES,
     Checker,
-    check_main,
     check_policy,
     default_policy,
     replay,
     step,
 )
+from providers.cli import check_main
 
 
 def chain(fallbacks: int, keys: int, attempts: int, **extra: Any) -> Policy:
