@@ -87,11 +87,14 @@ class Context:
     bounds: Bounds
     n: int
     names: tuple[str, ...]
+    name_set: frozenset[str]
     keys: tuple[TargetKey, ...]
     pools: tuple[tuple[Credential, ...], ...]
     triples: frozenset[tuple[str, str, str]]  # every declared (source, trigger, dest)
     state_names: frozenset[str]
     leak: re.Pattern[str]  # any secret of the policy, or a canary
+    # per target j: j and the targets identical to it (a turn that tried one skips j)
+    twins: tuple[frozenset[int], ...]
     # ids of targets and credentials whose repr was already scanned for secrets: a memo
     # (a repr does not change), never a verdict
     scanned: set[int] = attrs.field(factory=set)
@@ -106,9 +109,14 @@ class Context:
             bounds=bounds,
             n=len(targets),
             names=tuple(t.name for t in targets),
+            name_set=frozenset(t.name for t in targets),
             keys=tuple(t.key for t in targets),
             pools=tuple(tuple(t.pool()) for t in targets),
             triples=frozenset((t.source, t.trigger, t.dest) for t in decl.transitions),
             state_names=frozenset(st.name for st in decl.states),
             leak=re.compile("|".join(re.escape(s) for s in secrets)),
+            twins=tuple(
+                frozenset({j} | {k for k, u in enumerate(targets) if u.same_as(t)})
+                for j, t in enumerate(targets)
+            ),
         )

@@ -14,7 +14,7 @@ from ..policy import Policy
 from ..testing import FakeClock
 from ..turn import _TurnBase
 from .oracle import Obs
-from .properties import Facts
+from .record import Facts
 from .search import Checker, Live
 from .steps import ADVANCE, START_TIME, Step, step
 

@@ -13,12 +13,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Final
 
 from ..actions import Action, Attempt, Wait
 from ..health import HealthStore
 from ..machine import REBUILD_FAILED, START
 from ..outcomes import Outcome, OutcomeKind
 from .context import Context
+
+# enum members as plain names: a member lookup on the class costs more than the check
+_CANCELLED: Final = OutcomeKind.CANCELLED
+_TRANSPORT: Final = OutcomeKind.TRANSPORT
+_SUCCESS: Final = OutcomeKind.SUCCESS
+_RATE_LIMITED: Final = OutcomeKind.RATE_LIMITED
+_OVERLOADED: Final = OutcomeKind.OVERLOADED
+_CONTEXT_TOO_LONG: Final = OutcomeKind.CONTEXT_TOO_LONG
+_STREAM_INTERRUPTED: Final = OutcomeKind.STREAM_INTERRUPTED
 
 
 class Obs:
@@ -100,10 +110,6 @@ class Obs:
         return o
 
 
-def _bump(counts: tuple[int, ...], j: int) -> tuple[int, ...]:
-    return (*counts[:j], counts[j] + 1, *counts[j + 1 :])
-
-
 def observe(
     ctx: Context,
     before: Obs,
@@ -118,39 +124,42 @@ def observe(
     """What one transition tells the checker: `known`, everything the engine had been
     told when it chose `action` (the outcome's bans, Retry-After times, context floor,
     committed output; the wait it asked for), and `after`, that plus the attempt it
-    started (when it started one). `known` is `after` when the action is no attempt."""
+    started (when it started one). `known` is `after` when the action is no attempt.
+
+    Straight-line on purpose: this runs once per transition of the search."""
     o = before.copy()
     o.events += 1
     cur, cred = o.cur, o.cred
-    policy = ctx.policy
-    if outcome is not None and kind is not None and kind is not OutcomeKind.CANCELLED:
+    if outcome is not None and kind is not None and kind is not _CANCELLED:
         o.last = outcome
         o.since_wait = False
-        rule = policy.rule(kind) if kind is not OutcomeKind.SUCCESS else None
-        if cur >= 0 and cred is not None and rule is not None:
+        if cur >= 0 and cred is not None and kind is not _SUCCESS:
+            # what a failed attempt's outcome tells about its target and credential
+            policy = ctx.policy
             ra = outcome.retry_after
-            if not rule.retry:
+            if not policy.rule(kind).retry:
                 o.banned = o.banned | {(cur, cred)}
-            if kind is OutcomeKind.RATE_LIMITED and ra is not None:
+            if kind is _RATE_LIMITED and ra is not None:
                 k = (cur, cred)
                 o.nb = {**o.nb, k: max(o.nb.get(k, 0.0), now + ra)}
-            elif kind is OutcomeKind.OVERLOADED and ra is not None:
+            elif kind is _OVERLOADED and ra is not None:
                 o.tnb = {**o.tnb, cur: max(o.tnb.get(cur, 0.0), now + ra)}
-            elif kind is OutcomeKind.CONTEXT_TOO_LONG:
+            elif kind is _CONTEXT_TOO_LONG:
                 known = policy.targets[cur].context_length
                 if known is not None:
                     o.floor = max(o.floor or 0, known)
-            elif kind is OutcomeKind.STREAM_INTERRUPTED:
+            elif kind is _STREAM_INTERRUPTED:
                 o.committed = outcome.partial or ""
     if isinstance(action, Wait):
         w = action.seconds
         if math.isfinite(w) and w >= 0:
             o.waits += w
             if trigger != START and cur >= 0:
-                o.nwait = _bump(o.nwait, cur)
+                counts = list(o.nwait)
+                counts[cur] += 1
+                o.nwait = tuple(counts)
         o.since_wait = True
-    if trigger == START and isinstance(action, Wait) and ti >= 0:
-        if first_ready(ctx, health, now) < 0:
+        if trigger == START and ti >= 0 and first_ready(ctx, health, now) < 0:
             o.expect = ti
     if not isinstance(action, Attempt):
         return o, o
@@ -158,8 +167,12 @@ def observe(
     j = action.target.index
     c = action.credential.id
     if j == cur and cred is not None and c != cred and not o.since_wait:
-        a.rot = _bump(a.rot, j)
-    a.attempts = _bump(a.attempts, j)
+        counts = list(a.rot)
+        counts[j] += 1
+        a.rot = tuple(counts)
+    counts = list(a.attempts)
+    counts[j] += 1
+    a.attempts = tuple(counts)
     a.total += 1
     if j not in a.tried:
         a.tried = (*a.tried, j)
@@ -173,8 +186,13 @@ def observe(
 def ready_at(ctx: Context, h: HealthStore, j: int) -> float:
     """When target `j` can next be called: its own cooldown, or its soonest free key."""
     key = ctx.keys[j]
-    creds = min(h.credential_until(key, c.id) for c in ctx.pools[j])
-    return max(h.target_until(key), creds)
+    pool = ctx.pools[j]
+    soonest = h.credential_until(key, pool[0].id)
+    for c in pool[1:]:
+        u = h.credential_until(key, c.id)
+        if u < soonest:
+            soonest = u
+    return max(h.target_until(key), soonest)
 
 
 def first_ready(ctx: Context, h: HealthStore, now: float) -> int:
@@ -190,12 +208,15 @@ def eligible(ctx: Context, o: Obs, h: HealthStore, now: float, cur: int) -> list
     identical entry), with a context window above any known floor, not cooling."""
     out = []
     targets = ctx.policy.targets
+    tried = o.tried
+    floor = o.floor
     for j in range(cur + 1, ctx.n):
-        t = targets[j]
-        if j in o.tried or any(targets[k].same_as(t) for k in o.tried):
+        if not ctx.twins[j].isdisjoint(tried):
             continue
-        if o.floor is not None and (t.context_length is None or t.context_length <= o.floor):
-            continue
+        if floor is not None:
+            length = targets[j].context_length
+            if length is None or length <= floor:
+                continue
         if ready_at(ctx, h, j) > now:
             continue
         out.append(j)
@@ -207,7 +228,7 @@ def falls_back(ctx: Context, trigger: str, kind: OutcomeKind | None) -> bool:
     fault)."""
     p = ctx.policy
     if trigger == REBUILD_FAILED:
-        return p.rule(OutcomeKind.TRANSPORT).fall_back
-    if kind is None or kind in (OutcomeKind.SUCCESS, OutcomeKind.CANCELLED):
+        return p.rule(_TRANSPORT).fall_back
+    if kind is None or kind is _SUCCESS or kind is _CANCELLED:
         return False
     return p.rule(kind).fall_back

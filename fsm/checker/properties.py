@@ -2,29 +2,28 @@
 
 The search fires an event, checks the transition is one the declaration has
 (`declaration_equals_execution`), lets the oracle record what the turn learnt, and
-hands the frozen `TransitionRecord` to every function in `CHECKS`. Each returns the
-first `Finding` of its property on that transition, or None; the search keeps the
-first finding of each property it meets (breadth-first, so with a shortest event
-sequence). Termination and the fallback gate are also judged over the whole graph
-after the search (`graph`).
+hands the frozen `TransitionRecord` to every function in `CHECKS` (`ON_ATTEMPT` when
+the action is an attempt). Each returns the first `Finding` of its property on that
+transition, or None; the search keeps the first finding of each property it meets
+(breadth-first, so with a shortest event sequence). Termination and the fallback gate
+are also judged over the whole graph after the search (`graph`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
 from ..actions import Action, Attempt, Fail, Finish, Rebuild, Wait
-from ..health import HealthStore
 from ..machine import DONE, FAILED, REBUILD_FAILED, START, TERMINALS
-from ..outcomes import Outcome, OutcomeKind
+from ..outcomes import OutcomeKind
 from ..trace import TraceEvent
 from ..turn import ProtocolError, TurnState
 from .configuration import EPS, PER_TURN_SLOTS
 from .context import Context
 from .oracle import Obs, eligible, falls_back, first_ready
-from .steps import Step
+from .record import Finding, TransitionRecord
 
 #: The ten properties, in order (the names used in JSON output).
 PROPERTIES: Final = (
@@ -43,58 +42,10 @@ PROPERTIES: Final = (
 #: Outcomes that are a credential's fault (a rotation may follow them).
 CRED_LEVEL: Final = (OutcomeKind.RATE_LIMITED, OutcomeKind.QUOTA, OutcomeKind.AUTH)
 
-#: A health store's facts: target cooldowns, credential cooldowns, failure streaks.
-Facts = tuple[Mapping[Any, float], Mapping[Any, float], Mapping[Any, float]]
-
-
-class Finding(NamedTuple):
-    prop: str
-    why: str
-
-
-class HealthChange(NamedTuple):
-    which: int  # 0: a target cooldown, 1: a credential cooldown, 2: a failure streak
-    key: Any  # the target key, or (target key, credential id)
-    old: float
-    new: float
-
-
-class TransitionRecord(NamedTuple):
-    """One transition as the checker saw it (the health store as right after it)."""
-
-    ctx: Context
-    event: Step
-    trigger: str
-    kind: OutcomeKind | None  # the outcome class of the event (None: a host reply)
-    outcome: Outcome | None
-    source: str
-    dest: str
-    action: Action
-    te: TraceEvent  # the trace record the transition made
-    before: Obs  # the checker's record of the turn before the event
-    known: Obs  # ... with what the event told it (see `oracle.observe`)
-    after: Obs  # ... and the attempt the action started
-    then: float  # the clock when the event came
-    now: float  # the clock after it (a wait or an attempt takes time)
-    health: HealthStore
-    changes: tuple[HealthChange, ...]
-
-
-def health_changes(pre: Facts, h: HealthStore) -> tuple[HealthChange, ...]:
-    """Every health fact the transition changed."""
-    post: Facts = (h._target_until, h._cred_until, h._streak)
-    if pre[0] == post[0] and pre[1] == post[1] and pre[2] == post[2]:
-        return ()
-    out = []
-    for which in range(3):
-        a = pre[which]
-        b = post[which]
-        for k in a.keys() | b.keys():
-            old, new = a.get(k, 0), b.get(k, 0)
-            if old != new:
-                out.append(HealthChange(which, k, old, new))
-    return tuple(out)
-
+# enum members as plain names: a member lookup on the class costs more than the check
+_SUCCESS: Final = OutcomeKind.SUCCESS
+_CANCELLED: Final = OutcomeKind.CANCELLED
+_RATE_LIMITED: Final = OutcomeKind.RATE_LIMITED
 
 # -- 1. the fallback gate -------------------------------------------------------------------------
 
@@ -111,8 +62,8 @@ def fallback_gate(rec: TransitionRecord) -> Finding | None:
         if rec.dest != FAILED:
             return None
         err = action.error
-        missing = [t for t in names if t not in err.reasons]
-        if missing:
+        if not err.reasons.keys() >= ctx.name_set:
+            missing = [t for t in names if t not in err.reasons]
             return Finding(
                 "fallback_gate", f"the turn failed without a reason for {', '.join(missing)}"
             )
@@ -129,7 +80,7 @@ def fallback_gate(rec: TransitionRecord) -> Finding | None:
         policy = ctx.policy
         kind = rec.kind
         if (
-            kind is OutcomeKind.RATE_LIMITED
+            kind is _RATE_LIMITED
             and policy.rule(kind).fall_back
             and not policy.prefer_waiting
             and known.committed is None
@@ -226,12 +177,12 @@ def no_ping_pong(rec: TransitionRecord) -> Finding | None:
 def honest_waits(rec: TransitionRecord) -> Finding | None:
     """Waits are finite, within the caps and the deadline; no call before a not-before
     time (a Retry-After, a cooldown); a running cooldown is never extended."""
-    for ch in rec.changes:
-        if ch.which < 2 and ch.old > rec.then + EPS and ch.new > ch.old + EPS:
+    for which, k, old, new in rec.changes:
+        if which < 2 and old > rec.then + EPS and new > old + EPS:
             return Finding(
                 "honest_waits",
-                f"a cooldown of {_show_key(ch.key)} still running was extended by "
-                f"{ch.new - ch.old:g} s (cooldowns never extend themselves)",
+                f"a cooldown of {_show_key(k)} still running was extended by "
+                f"{new - old:g} s (cooldowns never extend themselves)",
             )
     action = rec.action
     if isinstance(action, Wait):
@@ -297,12 +248,34 @@ def non_retryable_not_retried(rec: TransitionRecord) -> Finding | None:
 
 def bounded_rotation(rec: TransitionRecord) -> Finding | None:
     """An outcome changes only the health of the target (or credential) that produced
-    it; a credential is rotated only after its own fault, on a rule that rotates, at
-    most once per other key in the pool."""
+    it: a success clears its own target and credential, a credential-level fault cools
+    that credential, any other outcome (or a failed rebuild) that target, and an outcome
+    adds to that target's failure streak. A credential is rotated only after its own
+    fault, on a rule that rotates, at most once per other key in the pool."""
     if rec.changes:
-        found = _misattributed(rec)
-        if found is not None:
-            return found
+        cur, cred = rec.before.cur, rec.before.cred
+        key = rec.ctx.keys[cur] if cur >= 0 else None
+        kind = rec.kind
+        trigger = rec.trigger
+        is_outcome = kind is not None and kind is not _CANCELLED
+        for which, k, _old, new in rec.changes:
+            if kind is _SUCCESS:
+                ok = new == 0 and (k == key or k == (key, cred))
+            elif which == 0:  # a target cooldown
+                ok = k == key and (
+                    (is_outcome and kind not in CRED_LEVEL) or trigger == REBUILD_FAILED
+                )
+            elif which == 1:  # a credential cooldown
+                ok = k == (key, cred) and kind in CRED_LEVEL
+            else:  # a failure streak
+                ok = k == key and (is_outcome or trigger == REBUILD_FAILED)
+            if not ok:
+                where = rec.ctx.names[cur] if cur >= 0 else "no target"
+                return Finding(
+                    "bounded_rotation",
+                    f"{trigger} on {where}{f' ({cred})' if cred else ''} changed the health "
+                    f"of {_show_key(k)}",
+                )
     action = rec.action
     if not isinstance(action, Attempt):
         return None
@@ -332,36 +305,6 @@ def bounded_rotation(rec: TransitionRecord) -> Finding | None:
             "bounded_rotation",
             f"rotated {name}'s credential {rec.after.rot[j]} times (pool of {pool})",
         )
-    return None
-
-
-def _misattributed(rec: TransitionRecord) -> Finding | None:
-    """A success clears its own target and credential; a credential-level fault cools
-    that credential, any other outcome (or a failed rebuild) that target; an outcome
-    adds to that target's failure streak. Nothing else may change."""
-    cur, cred = rec.before.cur, rec.before.cred
-    key = rec.ctx.keys[cur] if cur >= 0 else None
-    kind = rec.kind
-    trigger = rec.trigger
-    is_outcome = kind is not None and kind is not OutcomeKind.CANCELLED
-    for which, k, _old, new in rec.changes:
-        if kind is OutcomeKind.SUCCESS:
-            ok = new == 0 and (k == key or k == (key, cred))
-        elif which == 0:  # a target cooldown
-            ok = k == key and (
-                (is_outcome and kind not in CRED_LEVEL) or trigger == REBUILD_FAILED
-            )
-        elif which == 1:  # a credential cooldown
-            ok = k == (key, cred) and kind in CRED_LEVEL
-        else:  # a failure streak
-            ok = k == key and (is_outcome or trigger == REBUILD_FAILED)
-        if not ok:
-            where = rec.ctx.names[cur] if cur >= 0 else "no target"
-            return Finding(
-                "bounded_rotation",
-                f"{trigger} on {where}{f' ({cred})' if cred else ''} changed the health of "
-                f"{_show_key(k)}",
-            )
     return None
 
 
@@ -532,18 +475,23 @@ def engine_rejected(e: ProtocolError) -> Finding:
     return Finding("declaration_equals_execution", f"the machine rejected a host event: {e}")
 
 
-#: The per-transition checks the search runs on every record (any order: each judges
-#: one property, and the search keeps the first finding of each).
+#: The checks the search runs on every record (in any order: each judges one property,
+#: and the search keeps the first finding of each).
 CHECKS: Final[tuple[Callable[[TransitionRecord], Finding | None], ...]] = (
     fallback_gate,
-    termination,
-    no_ping_pong,
     honest_waits,
-    non_retryable_not_retried,
     bounded_rotation,
     clean_turn_start,
     committed_streams_not_replayed,
     secrets_never_leak,
+)
+
+#: ... and, when the action is an `Attempt`, these too (they judge nothing else).
+ON_ATTEMPT: Final[tuple[Callable[[TransitionRecord], Finding | None], ...]] = (
+    *CHECKS,
+    termination,
+    no_ping_pong,
+    non_retryable_not_retried,
 )
 
 

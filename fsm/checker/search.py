@@ -35,35 +35,22 @@ from .configuration import (
 )
 from .context import Bounds, Context, with_canaries
 from .graph import gate_chains, longest_runs
+from .initial import initial_configurations
 from .oracle import Obs, observe
 from .properties import (
     CHECKS,
+    ON_ATTEMPT,
     PROPERTIES,
-    Facts,
-    Finding,
-    TransitionRecord,
     clean_next_turn,
     declaration_equals_execution,
     ends_as_declared,
     engine_crashed,
     engine_rejected,
-    health_changes,
     still_running,
 )
+from .record import Facts, Finding, TransitionRecord, health_changes
 from .report import CheckReport, Violation, describe
-from .steps import (
-    COOL_CREDENTIAL,
-    COOL_TARGET,
-    KINDS,
-    NEXT_TURN,
-    START_TIME,
-    Executor,
-    Replay,
-    Step,
-    outcome_for,
-    step,
-    worst_jitter,
-)
+from .steps import KINDS, NEXT_TURN, START_TIME, Executor, Replay, Step, outcome_for, worst_jitter
 
 
 class Live:
@@ -263,57 +250,7 @@ class Checker:
 
     # -- initial configurations ---------------------------------------------------------------
     def initial_configurations(self) -> list[tuple[Step, ...]]:
-        """Health facts at turn start: all free; the primary (or one key of it) cooling
-        briefly; any one target (`max_cooling=1`, or pairs with 2) cooling for good; runs
-        of targets cooling for good; everything cooling; the soonest-free target not the
-        first."""
-        b = self.bounds
-        short = b.small if b.small is not None else 1.0
-        targets = self.policy.targets
-        per: list[list[tuple[Step, ...]]] = []
-        for t, pool in zip(targets, self.ctx.pools, strict=True):
-            opts: list[tuple[Step, ...]] = [
-                (step(COOL_TARGET, target=t.name, seconds=b.large),),
-            ]
-            if t.index == 0:  # the primary: also a key cooling, and cooling briefly
-                opts.append((step(COOL_TARGET, target=t.name, seconds=short),))
-                if len(pool) > 1:
-                    cool_key = step(
-                        COOL_CREDENTIAL, target=t.name, credential=pool[0].id, seconds=short
-                    )
-                    opts.append((cool_key,))
-            per.append(opts)
-        configs: list[tuple[Step, ...]] = [()]
-        if self.max_cooling >= 1:
-            for opts in per:
-                configs += opts
-        if self.max_cooling >= 2:
-            for i in range(self.n):
-                for j in range(i + 1, self.n):
-                    configs += [a + c for a in per[i] for c in per[j]]
-        if self.n > 1 or self.max_cooling < 1:
-            for secs in (short, b.large):
-                configs.append(
-                    tuple(step(COOL_TARGET, target=t.name, seconds=secs) for t in targets)
-                )
-        # runs of targets cooling for good: the turn starts further down the chain, or a
-        # target has no eligible fallback left
-        names = self.names if self.max_cooling >= 1 else []
-
-        def cooling(run: list[str]) -> tuple[Step, ...]:
-            return tuple(step(COOL_TARGET, target=x, seconds=b.large) for x in run)
-
-        configs += [cooling(names[: k + 1]) for k in range(1, len(names) - 1)]
-        configs += [cooling(names[k:]) for k in range(1, len(names))]
-        configs += [cooling(names[1 : k + 1]) for k in range(2, len(names) - 1)]
-        if self.n > 1:  # the soonest-free target is not the first one
-            configs.append(
-                tuple(
-                    step(COOL_TARGET, target=t.name, seconds=short if t.index else b.large)
-                    for t in targets
-                )
-            )
-        return list(dict.fromkeys(configs))
+        return initial_configurations(self.policy, self.bounds, self.max_cooling)
 
     # -- run ----------------------------------------------------------------------------------
     def run(self) -> CheckReport:
@@ -484,13 +421,15 @@ class Checker:
         h = s.health
         known, after = observe(self.ctx, before, trigger, kind, outcome, action, h, now, s.ti)
         changes = health_changes(pre, h)
-        rec = TransitionRecord(
+        # built as a plain tuple (no Python-level __new__): this runs once per transition
+        rec = tuple.__new__(TransitionRecord, (
             self.ctx, ev, trigger, kind, outcome, source, s.state, action, te,
             before, known, after, then, now, h, changes,
-        )
+        ))  # fmt: skip
         child.obs = after
-        self._note_wait(rec)
-        for check in CHECKS:
+        if isinstance(action, Wait):
+            self._note_wait(rec)
+        for check in ON_ATTEMPT if isinstance(action, Attempt) else CHECKS:
             f = check(rec)
             if f is not None:
                 self._broken(f.prop, f.why, nid, ev)
