@@ -17,12 +17,13 @@ cooling briefly, any one target or runs of targets cooling for good, everything
 cooling. A turn's end continues into a next turn on the same health store, checked
 from its start for a few events.
 
-Modules: `search` (the breadth-first search), `properties` (the ten properties,
-one pure function each over a transition record), `oracle` (the checker's own
-reading of the rules), `graph` (termination and the fallback gate over the whole
-graph), `configuration` (when two configurations are the same), `alphabet`,
-`steps` (counterexamples and `replay`), `report`, `monitor` (the checks along one
-run, for fuzzing).
+Modules: `search` (the breadth-first search), `initial` (the starting health),
+`alphabet` (the events fed), `configuration` (when two configurations are the same,
+and how to copy one), `oracle` (the checker's own reading of the rules), `record`
+(one transition as the properties see it), `properties` (the ten properties, one
+pure function each), `graph` (termination and the fallback gate over the whole
+graph), `steps` (counterexamples and `replay`), `report`, `monitor` (the same
+checks along one run, for fuzzing), `context` (what is fixed for a whole check).
 """
 
 from .context import default_policy

@@ -6,7 +6,8 @@ of the same rules (which targets are eligible, when a target is ready, which
 outcomes fall back, what a turn has tried, banned and been told to wait for),
 written from the rules rather than from the engine, so that a bug in the engine's
 guards is not mirrored here and then agreed with. The properties compare what the
-engine did against this record; the only thing both read is the health store.
+engine did against this record; besides the policy, the only thing both read is the
+health store (through its public getters).
 """
 
 from __future__ import annotations
