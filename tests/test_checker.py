@@ -19,12 +19,12 @@ from fsm import TransitionsTurn, Turn
 from fsm.checker import (
     PROPERTIES,
     Checker,
-    check_main,
     check_policy,
     default_policy,
     replay,
     step,
 )
+from providers.cli import check_main
 
 from helpers import chain, numbered
 

@@ -1,0 +1,66 @@
+"""Initial configurations: the health facts a checked turn can start from.
+
+Each is a list of setup steps (targets or keys cooling, for a short or a long time)
+fed to a fresh health store before the first turn; together they cover how a turn
+can find the chain: all free, the primary (or one key of it) cooling briefly, any
+one target cooling for good (pairs with `max_cooling=2`), runs of targets cooling
+for good (the turn starts further down the chain, or a target has no eligible
+fallback left), everything cooling, and the soonest-free target not the first.
+"""
+
+from __future__ import annotations
+
+from ..policy import Policy
+from .context import Bounds
+from .steps import COOL_CREDENTIAL, COOL_TARGET, Step, step
+
+
+def initial_configurations(
+    policy: Policy, bounds: Bounds, max_cooling: int
+) -> list[tuple[Step, ...]]:
+    """The setups, without repeats, the empty one (all free) first."""
+    b = bounds
+    short = b.small if b.small is not None else 1.0
+    targets = policy.targets
+    n = len(targets)
+    per: list[list[tuple[Step, ...]]] = []
+    for t in targets:
+        pool = t.pool()
+        opts: list[tuple[Step, ...]] = [
+            (step(COOL_TARGET, target=t.name, seconds=b.large),),
+        ]
+        if t.index == 0:  # the primary: also a key cooling, and cooling briefly
+            opts.append((step(COOL_TARGET, target=t.name, seconds=short),))
+            if len(pool) > 1:
+                cool_key = step(
+                    COOL_CREDENTIAL, target=t.name, credential=pool[0].id, seconds=short
+                )
+                opts.append((cool_key,))
+        per.append(opts)
+    configs: list[tuple[Step, ...]] = [()]
+    if max_cooling >= 1:
+        for opts in per:
+            configs += opts
+    if max_cooling >= 2:
+        for i in range(n):
+            for j in range(i + 1, n):
+                configs += [a + c for a in per[i] for c in per[j]]
+    if n > 1 or max_cooling < 1:
+        for secs in (short, b.large):
+            configs.append(tuple(step(COOL_TARGET, target=t.name, seconds=secs) for t in targets))
+    names = [t.name for t in targets] if max_cooling >= 1 else []
+
+    def cooling(run: list[str]) -> tuple[Step, ...]:
+        return tuple(step(COOL_TARGET, target=x, seconds=b.large) for x in run)
+
+    configs += [cooling(names[: k + 1]) for k in range(1, len(names) - 1)]
+    configs += [cooling(names[k:]) for k in range(1, len(names))]
+    configs += [cooling(names[1 : k + 1]) for k in range(2, len(names) - 1)]
+    if n > 1:  # the soonest-free target is not the first one
+        configs.append(
+            tuple(
+                step(COOL_TARGET, target=t.name, seconds=short if t.index else b.large)
+                for t in targets
+            )
+        )
+    return list(dict.fromkeys(configs))

@@ -1,0 +1,235 @@
+"""The checker's oracle: its own record of a turn and its own reading of the rules.
+
+Deliberately independent of the engine: nothing here calls the guards or helpers
+of `fsm.turn` or reads the turn's counters. It is a second, simpler implementation
+of the same rules (which targets are eligible, when a target is ready, which
+outcomes fall back, what a turn has tried, banned and been told to wait for),
+written from the rules rather than from the engine, so that a bug in the engine's
+guards is not mirrored here and then agreed with. The properties compare what the
+engine did against this record; besides the policy, the only thing both read is the
+health store (through its public getters).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Final
+
+from ..actions import Action, Attempt, Wait
+from ..health import HealthStore
+from ..machine import REBUILD_FAILED, START
+from ..outcomes import Outcome, OutcomeKind
+from .context import Context
+
+# enum members as plain names: a member lookup on the class costs more than the check
+_CANCELLED: Final = OutcomeKind.CANCELLED
+_TRANSPORT: Final = OutcomeKind.TRANSPORT
+_SUCCESS: Final = OutcomeKind.SUCCESS
+_RATE_LIMITED: Final = OutcomeKind.RATE_LIMITED
+_OVERLOADED: Final = OutcomeKind.OVERLOADED
+_CONTEXT_TOO_LONG: Final = OutcomeKind.CONTEXT_TOO_LONG
+_STREAM_INTERRUPTED: Final = OutcomeKind.STREAM_INTERRUPTED
+
+
+class Obs:
+    """What the checker has seen of one turn.
+
+    Never changed once `observe` returns it: a configuration's record is shared by
+    all its successors, and each transition makes a new one (the containers are
+    immutable, so a copy is cheap).
+    """
+
+    __slots__ = (
+        "attempts",
+        "banned",
+        "committed",
+        "cred",
+        "cur",
+        "events",
+        "expect",
+        "floor",
+        "last",
+        "nb",
+        "nwait",
+        "rot",
+        "since_wait",
+        "tnb",
+        "total",
+        "tried",
+        "turn",
+        "waits",
+    )
+
+    def __init__(self, n: int, turn: int) -> None:
+        self.turn = turn  # which turn on this health store (1 = the first)
+        self.events = 0  # events fed in this turn
+        self.tried: tuple[int, ...] = ()  # targets attempted, in order
+        self.nwait = (0,) * n  # waits before a retry, per target
+        self.cur = -1  # the target of the last attempt (-1: none yet)
+        self.cred: str | None = None  # the credential of the last attempt
+        self.attempts = (0,) * n  # attempts per target
+        self.rot = (0,) * n  # credential rotations per target
+        self.total = 0  # attempts in the turn
+        self.waits = 0.0  # seconds waited in the turn
+        self.banned: frozenset[tuple[int, str]] = frozenset()  # (target, credential) not retryable
+        self.nb: Mapping[tuple[int, str], float] = {}  # not-before per (target, credential)
+        self.tnb: Mapping[int, float] = {}  # not-before per target
+        self.floor: int | None = None  # a context length known to be too short
+        self.committed: str | None = None  # output a stream already delivered
+        self.last: Outcome | None = None  # the outcome of the attempt in flight
+        self.since_wait = False  # a wait came after that outcome
+        self.expect = -1  # the target a turn-start wait is for
+
+    def copy(self) -> Obs:
+        o = Obs.__new__(Obs)
+        o.turn = self.turn
+        o.events = self.events
+        o.tried = self.tried
+        o.nwait = self.nwait
+        o.cur = self.cur
+        o.cred = self.cred
+        o.attempts = self.attempts
+        o.rot = self.rot
+        o.total = self.total
+        o.waits = self.waits
+        o.banned = self.banned
+        o.nb = self.nb
+        o.tnb = self.tnb
+        o.floor = self.floor
+        o.committed = self.committed
+        o.last = self.last
+        o.since_wait = self.since_wait
+        o.expect = self.expect
+        return o
+
+    def counted(self) -> Obs:
+        """This record with one more event and nothing learnt from it (a transition the
+        declaration does not have)."""
+        o = self.copy()
+        o.events += 1
+        return o
+
+
+def observe(
+    ctx: Context,
+    before: Obs,
+    trigger: str,
+    kind: OutcomeKind | None,
+    outcome: Outcome | None,
+    action: Action,
+    health: HealthStore,
+    now: float,
+    ti: int,
+) -> tuple[Obs, Obs]:
+    """What one transition tells the checker: `known`, everything the engine had been
+    told when it chose `action` (the outcome's bans, Retry-After times, context floor,
+    committed output; the wait it asked for), and `after`, that plus the attempt it
+    started (when it started one). `known` is `after` when the action is no attempt.
+
+    Straight-line on purpose: this runs once per transition of the search."""
+    o = before.copy()
+    o.events += 1
+    cur, cred = o.cur, o.cred
+    if outcome is not None and kind is not None and kind is not _CANCELLED:
+        o.last = outcome
+        o.since_wait = False
+        if cur >= 0 and cred is not None and kind is not _SUCCESS:
+            # what a failed attempt's outcome tells about its target and credential
+            policy = ctx.policy
+            ra = outcome.retry_after
+            if not policy.rule(kind).retry:
+                o.banned = o.banned | {(cur, cred)}
+            if kind is _RATE_LIMITED and ra is not None:
+                k = (cur, cred)
+                o.nb = {**o.nb, k: max(o.nb.get(k, 0.0), now + ra)}
+            elif kind is _OVERLOADED and ra is not None:
+                o.tnb = {**o.tnb, cur: max(o.tnb.get(cur, 0.0), now + ra)}
+            elif kind is _CONTEXT_TOO_LONG:
+                known = policy.targets[cur].context_length
+                if known is not None:
+                    o.floor = max(o.floor or 0, known)
+            elif kind is _STREAM_INTERRUPTED:
+                o.committed = outcome.partial or ""
+    if isinstance(action, Wait):
+        w = action.seconds
+        if math.isfinite(w) and w >= 0:
+            o.waits += w
+            if trigger != START and cur >= 0:
+                counts = list(o.nwait)
+                counts[cur] += 1
+                o.nwait = tuple(counts)
+        o.since_wait = True
+        if trigger == START and ti >= 0 and first_ready(ctx, health, now) < 0:
+            o.expect = ti
+    if not isinstance(action, Attempt):
+        return o, o
+    a = o.copy()
+    j = action.target.index
+    c = action.credential.id
+    if j == cur and cred is not None and c != cred and not o.since_wait:
+        counts = list(a.rot)
+        counts[j] += 1
+        a.rot = tuple(counts)
+    counts = list(a.attempts)
+    counts[j] += 1
+    a.attempts = tuple(counts)
+    a.total += 1
+    if j not in a.tried:
+        a.tried = (*a.tried, j)
+    a.cur = j
+    a.cred = c
+    a.since_wait = False
+    a.last = None
+    return o, a
+
+
+def ready_at(ctx: Context, h: HealthStore, j: int) -> float:
+    """When target `j` can next be called: its own cooldown, or its soonest free key."""
+    key = ctx.keys[j]
+    pool = ctx.pools[j]
+    soonest = h.credential_until(key, pool[0].id)
+    for c in pool[1:]:
+        u = h.credential_until(key, c.id)
+        if u < soonest:
+            soonest = u
+    return max(h.target_until(key), soonest)
+
+
+def first_ready(ctx: Context, h: HealthStore, now: float) -> int:
+    """The first target in chain order not cooling at `now` (-1: all are)."""
+    for j in range(ctx.n):
+        if ready_at(ctx, h, j) <= now:
+            return j
+    return -1
+
+
+def eligible(ctx: Context, o: Obs, h: HealthStore, now: float, cur: int) -> list[int]:
+    """Fallbacks after `cur` that could be entered now: not tried in this turn (nor an
+    identical entry), with a context window above any known floor, not cooling."""
+    out = []
+    targets = ctx.policy.targets
+    tried = o.tried
+    floor = o.floor
+    for j in range(cur + 1, ctx.n):
+        if not ctx.twins[j].isdisjoint(tried):
+            continue
+        if floor is not None:
+            length = targets[j].context_length
+            if length is None or length <= floor:
+                continue
+        if ready_at(ctx, h, j) > now:
+            continue
+        out.append(j)
+    return out
+
+
+def falls_back(ctx: Context, trigger: str, kind: OutcomeKind | None) -> bool:
+    """Whether the policy falls back on this event (a failed rebuild is a transport
+    fault)."""
+    p = ctx.policy
+    if trigger == REBUILD_FAILED:
+        return p.rule(_TRANSPORT).fall_back
+    if kind is None or kind is _SUCCESS or kind is _CANCELLED:
+        return False
+    return p.rule(kind).fall_back

@@ -1,0 +1,108 @@
+"""What a check returns: the properties that broke, each with a shortest counterexample,
+and the figures of the search (as text for people, as JSON for tools)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ..machine import Transition
+from ..policy import Policy
+from .context import Bounds
+from .properties import PROPERTIES
+from .steps import COOL_CREDENTIAL, COOL_TARGET, Step, format_steps, steps_to_json
+
+
+@attrs.frozen
+class Violation:
+    """A broken property and a shortest event sequence that breaks it."""
+
+    prop: str
+    why: str
+    steps: tuple[Step, ...]
+
+    @property
+    def length(self) -> int:
+        """Events fed to the machine (setup steps that cool targets are not counted)."""
+        return sum(1 for t, _ in self.steps if t not in (COOL_TARGET, COOL_CREDENTIAL))
+
+    def python(self) -> str:
+        return format_steps(self.steps)
+
+
+@attrs.frozen
+class CheckReport:
+    policy: Policy = attrs.field(repr=False)
+    states: int
+    transitions: int
+    seconds: float
+    violations: Mapping[str, Violation]
+    unreachable: tuple[str, ...]
+    initial: int
+    turns: int
+    complete: bool
+    bounds: Bounds
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and self.complete
+
+    def holds(self, prop: str) -> bool:
+        if prop not in PROPERTIES:
+            raise KeyError(prop)
+        return prop not in self.violations
+
+    def to_json(self) -> dict[str, Any]:
+        props: dict[str, Any] = {}
+        for name in PROPERTIES:
+            v = self.violations.get(name)
+            props[name] = "holds" if v is None else {"counterexample": steps_to_json(v.steps)}
+        return {
+            "states": self.states,
+            "transitions": self.transitions,
+            "seconds": round(self.seconds, 3),
+            "properties": props,
+            "unreachable": list(self.unreachable),
+        }
+
+    def text(self) -> str:
+        p = self.policy
+        rate = self.states / self.seconds if self.seconds > 0 else float("inf")
+        chain = " -> ".join(f"{t.name} ({t.model}, {len(t.pool())} keys)" for t in p.targets)
+        lines = [
+            f"policy: {chain}; max_attempts {p.max_attempts}",
+            f"explored {self.states} states, {self.transitions} transitions in "
+            f"{self.seconds:.2f} s ({rate:,.0f} states/s); {self.initial} initial "
+            f"configurations, {self.turns} turns per path",
+            f"bounds: <= {self.bounds.attempts} attempts and {self.bounds.events} events per "
+            f"turn, waits <= {self.bounds.wait:g} s",
+        ]
+        if not self.complete:
+            lines.append("INCOMPLETE: the state limit was reached; properties are unproven")
+        for name in PROPERTIES:
+            v = self.violations.get(name)
+            if v is None:
+                lines.append(f"  holds   {name}")
+            else:
+                lines.append(f"  BROKEN  {name}: {v.why}")
+                lines.append(
+                    f"          counterexample ({v.length} events; "
+                    "replay with fsm.checker.replay(policy, steps)):"
+                )
+                lines.append(f"          {v.python()}")
+        if self.unreachable:
+            lines.append(f"declared but never taken ({len(self.unreachable)}):")
+            lines += [f"  {u}" for u in self.unreachable]
+        else:
+            lines.append("every declared transition was taken")
+        return "\n".join(lines)
+
+
+def describe(t: Transition, policy: Policy) -> str:
+    """A declared transition as one line: ``primary --rate_limited [next_is=...]--> ...``."""
+    guard = (
+        f" [{t.guard}{'=' + policy.targets[t.arg].name if t.arg >= 0 else ''}]" if t.guard else ""
+    )
+    return f"{t.source} --{t.trigger}{guard}--> {t.dest}"

@@ -1,0 +1,503 @@
+"""The breadth-first search over every reachable configuration of one policy.
+
+The search drives the real executor (`fsm.Turn`, or `TransitionsTurn`): each
+configuration is a live turn on its own health store and virtual clock, copied once
+per event fed to it. Each transition is checked as it is made (`properties`); the
+graph it builds is checked as a whole at the end (`graph`). Breadth-first, so the
+first violation of a property found is a shortest event sequence that breaks it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from ..actions import Attempt, Rebuild, Wait
+from ..health import HealthStore
+from ..machine import CANCELLED, START, TERMINALS, WAITED, Declaration, declare
+from ..policy import Policy
+from ..testing import FakeClock
+from ..turn import Effect, Guard, ProtocolError, TransitionsTurn, Turn, TurnState, _TurnBase
+from .alphabet import alphabet
+from .configuration import (
+    EPS,
+    copy_health,
+    copy_state,
+    health_slots,
+    key,
+    streak_saturation,
+    wait_maxima,
+)
+from .context import Bounds, Context, with_canaries
+from .graph import gate_chains, longest_runs
+from .initial import initial_configurations
+from .oracle import Obs, observe
+from .properties import (
+    CHECKS,
+    ON_ATTEMPT,
+    PROPERTIES,
+    clean_next_turn,
+    declaration_equals_execution,
+    ends_as_declared,
+    engine_crashed,
+    engine_rejected,
+    still_running,
+)
+from .record import Facts, Finding, TransitionRecord, health_changes
+from .report import CheckReport, Violation, describe
+from .steps import KINDS, NEXT_TURN, START_TIME, Executor, Replay, Step, outcome_for, worst_jitter
+
+
+class Live:
+    """An unexpanded configuration: a running turn, its clock, the checker's record."""
+
+    __slots__ = ("clock", "obs", "turn")
+
+    def __init__(self, turn: _TurnBase, clock: FakeClock, obs: Obs) -> None:
+        self.turn = turn
+        self.clock = clock
+        self.obs = obs
+
+
+class Checker:
+    """Breadth-first exploration of one policy's machine; see `check_policy`."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        declaration: Declaration | Callable[[Policy], Declaration] | None = None,
+        guards: Mapping[str, Guard] | None = None,
+        effects: Mapping[str, Effect] | None = None,
+        health_factory: Callable[[], HealthStore] = HealthStore,
+        executor: Executor = Turn,
+        turns: int = 2,
+        max_cooling: int = 1,
+        attempt_seconds: float = 0.0,
+        max_states: int = 400_000,
+        record: bool = False,
+        abstract_time: bool = True,
+        follow_events: int = 2,
+    ) -> None:
+        self._args = dict(
+            policy=policy,
+            declaration=declaration,
+            guards=guards,
+            effects=effects,
+            health_factory=health_factory,
+            executor=executor,
+            turns=turns,
+            max_cooling=max_cooling,
+            attempt_seconds=attempt_seconds,
+            max_states=max_states,
+            record=record,
+            follow_events=follow_events,
+        )
+        self.follow_events = follow_events
+        self.policy = p = with_canaries(policy)
+        if callable(declaration):
+            declaration = declaration(p)
+        self.decl = declaration if declaration is not None else declare(p)
+        self.custom = declaration is not None or guards is not None or effects is not None
+        self.guards = guards
+        self.effects = effects
+        self.health_factory = health_factory
+        self.executor = executor
+        self.turns = max(1, turns)
+        self.max_cooling = max_cooling
+        self.attempt_seconds = attempt_seconds
+        self.max_states = max_states
+        self.record = record
+        self.abstract_time = abstract_time
+        self.n = len(p.targets)
+        self.names = [t.name for t in p.targets]
+        self.sizes = {t.key: len(t.pool()) for t in p.targets}
+        self.taken: set[tuple[str, str, str]] = set()
+        self._time_abstraction(Bounds.of(p))
+        self.ctx = Context.of(p, self.decl, self.bounds)
+        self.alphabet = alphabet(p, self.bounds)
+        self.hk_targets, self.hk_creds = health_slots(p)
+        # the graph
+        self.ids: dict[Any, int] = {}
+        self.parent: list[int] = []
+        self.via: list[Step | None] = []
+        self.kind: list[tuple[str, int]] = []
+        self.edges: list[dict[Step, int]] = []
+        self.setup: dict[int, tuple[Step, ...]] = {}
+        self.live: dict[int, Live] = {}
+        self.violations: dict[str, Violation] = {}
+        self.transitions = 0
+        self.complete = True
+        self.edge_log: dict[tuple[Any, Step], tuple[Any, tuple[Any, ...]]] = {}
+
+    def _time_abstraction(self, bounds: Bounds) -> None:
+        """The horizon of the whole search and the waits a correct engine can ask for;
+        "large" Retry-After values are put beyond the horizon."""
+        p = self.policy
+        self.sat = streak_saturation(p)
+        self.start_max, self.step_max = wait_maxima(p, bounds, self.sat)
+        self.inexact = False  # an engine waited longer than the abstraction assumes
+        per = bounds.per_target
+        waits_per_target = p.max_attempts - 1
+        self.rest_time = [
+            (self.n - j) * waits_per_target * self.step_max + sum(per[j:]) * self.attempt_seconds
+            for j in range(self.n)
+        ]
+        # No run of the whole search lasts longer than this; a cooldown with more left than
+        # this never ends within it ("long"), and "large" Retry-After values are beyond it.
+        self.horizon = float(math.ceil(self.turns * (self.start_max + self.rest_time[0]) + 1))
+        large = max(bounds.large, 10 * self.horizon if self.abstract_time else 0)
+        self.bounds = attrs.evolve(bounds, large=large)
+        self.long = self.horizon if self.abstract_time else math.inf
+
+    # -- turns --------------------------------------------------------------------------------
+    def _new_turn(self, health: HealthStore, clock: FakeClock) -> _TurnBase:
+        if self.custom:
+            return Turn(
+                self.policy,
+                health=health,
+                clock=clock,
+                random=worst_jitter,
+                declaration=self.decl,
+                guards=self.guards,
+                effects=self.effects,
+            )
+        return self.executor(self.policy, health=health, clock=clock, random=worst_jitter)
+
+    def _clone(self, live: Live) -> Live:
+        """A copy of a configuration to feed one more event to (the record is shared:
+        it is never changed, only replaced)."""
+        clock = FakeClock(live.clock.t)
+        old = live.turn
+        health = copy_health(old.s.health)
+        s = copy_state(old.s, health, clock)
+        if isinstance(old, TransitionsTurn):
+            from ..turn import _Model
+
+            t: _TurnBase = object.__new__(TransitionsTurn)
+            t.__dict__.update(old.__dict__)
+            t.s = s
+            model = _Model(s)
+            t._model = model  # type: ignore[attr-defined]
+            with t._lock:  # type: ignore[attr-defined]
+                t._machine.add_model(model, initial=s.state)  # type: ignore[attr-defined]
+        else:
+            t = object.__new__(type(old))
+            t._table = old._table  # type: ignore[attr-defined]
+            t.s = s
+        return Live(t, clock, live.obs)
+
+    @staticmethod
+    def _release(live: Live) -> None:
+        close = getattr(live.turn, "close", None)
+        if close is not None:
+            close()
+
+    # -- the graph ----------------------------------------------------------------------------
+    def _add(self, live: Live, parent: int, via: Step | None) -> int:
+        k = key(self, live)
+        found = self.ids.get(k)
+        if found is not None:
+            return found
+        nid = len(self.parent)
+        self.ids[k] = nid
+        self.parent.append(parent)
+        self.via.append(via)
+        self.edges.append({})
+        s = live.turn.s
+        a = s.action
+        if s.state in TERMINALS:
+            kind = ("T", 0)
+        elif a is None:
+            kind = ("I", 0)
+        elif isinstance(a, Attempt):
+            kind = ("A", a.target.index)
+        elif isinstance(a, Wait):
+            kind = ("W", 0)
+        elif isinstance(a, Rebuild):
+            kind = ("R", 0)
+        else:
+            kind = ("?", 0)
+        self.kind.append(kind)
+        self.live[nid] = live
+        return nid
+
+    def path(self, nid: int, *extra: Step) -> tuple[Step, ...]:
+        """The steps from an initial configuration (its setup included) to `nid`, then
+        `extra`."""
+        out: list[Step] = list(extra[::-1])
+        while nid >= 0:
+            v = self.via[nid]
+            if v is None:
+                out.extend(self.setup.get(nid, ())[::-1])
+                break
+            out.append(v)
+            nid = self.parent[nid]
+        return tuple(out[::-1])
+
+    def _broken(self, prop: str, why: str, nid: int, *extra: Step) -> None:
+        if prop in self.violations:
+            return
+        self.violations[prop] = Violation(prop, why, self.path(nid, *extra))
+
+    def _report(self, f: Finding, nid: int, ev: Step) -> None:
+        self._broken(f.prop, f.why, nid, ev)
+
+    # -- initial configurations ---------------------------------------------------------------
+    def initial_configurations(self) -> list[tuple[Step, ...]]:
+        return initial_configurations(self.policy, self.bounds, self.max_cooling)
+
+    # -- run ----------------------------------------------------------------------------------
+    def run(self) -> CheckReport:
+        t0 = time.perf_counter()
+        queue: deque[int] = deque()
+        inits = self.initial_configurations()
+        for setup in inits:
+            r = Replay(self.policy, health=self.health_factory(), clock=FakeClock(START_TIME))
+            for st in setup:
+                r.feed(st)
+            turn = self._new_turn(r.health, r.clock)
+            live = Live(turn, r.clock, Obs(self.n, 1))
+            before = len(self.parent)
+            nid = self._add(live, -1, None)
+            if len(self.parent) > before:
+                self.setup[nid] = setup
+                queue.append(nid)
+        while queue:
+            nid = queue.popleft()
+            live = self.live.pop(nid)
+            queue.extend(self._expand(nid, live))
+            if len(self.parent) > self.max_states:
+                self.complete = False
+                break
+        for live in self.live.values():
+            self._release(live)
+        self.live.clear()
+        if self.inexact and self.abstract_time:
+            return self._exact().run()
+        if self.complete:
+            self._whole_graph()
+        seconds = time.perf_counter() - t0
+        unreachable = tuple(
+            describe(t, self.policy)
+            for t in self.decl.transitions
+            if (t.source, t.trigger, t.dest) not in self.taken
+        )
+        return CheckReport(
+            self.policy,
+            len(self.parent),
+            self.transitions,
+            seconds,
+            dict(sorted(self.violations.items(), key=lambda kv: PROPERTIES.index(kv[0]))),
+            unreachable,
+            len(inits),
+            self.turns,
+            self.complete,
+            self.bounds,
+        )
+
+    def _whole_graph(self) -> None:
+        """The fallback gate as reachability, then termination over the whole graph."""
+        gate = gate_chains(
+            self.edges,
+            self.kind,
+            self.bounds.per_target,
+            self.alphabet.fallback_steps,
+            self.names,
+            lambda nid: len(self.path(nid)),
+        )
+        found = [gate] if gate is not None else []
+        found += longest_runs(self.edges, self.kind, self.bounds.events)
+        for f in found:
+            self._broken(f.prop, f.why, f.at, *f.steps)
+
+    def _exact(self) -> Checker:
+        """The same check without the time abstraction (an engine waited longer than a
+        correct one could, so elapsed time is kept exactly)."""
+        return Checker(**self._args, abstract_time=False)  # type: ignore[arg-type]
+
+    def _expand(self, nid: int, live: Live) -> list[int]:
+        """Feed every event of the alphabet to a configuration; returns the new ones."""
+        kind = self.kind[nid][0]
+        ab = self.alphabet
+        if kind == "A":
+            events = ab.on_attempt
+        elif kind == "W":
+            events = ab.on_wait
+        elif kind == "R":
+            events = ab.on_rebuild
+        elif kind == "I":
+            events = ab.on_idle
+        elif kind == "T" and live.obs.turn < self.turns:
+            events = ab.on_end
+        else:  # the last turn ended (or an unknown action): nothing to feed
+            self._release(live)
+            return []
+        if kind != "T":
+            o = live.obs
+            if o.turn > 1 and o.events >= self.follow_events:
+                self._release(live)  # a next turn is checked from its start, this far
+                return []
+            f = still_running(self.ctx, o)
+            if f is not None:
+                self._broken(f.prop, f.why, nid)
+                self._release(live)
+                return []
+        h = live.turn.s.health
+        pre: Facts = (dict(h._target_until), dict(h._cred_until), dict(h._streak))
+        new: list[int] = []
+        last = len(events) - 1
+        for i, ev in enumerate(events):
+            child = live if i == last else self._clone(live)
+            self.transitions += 1
+            if not self._fire(nid, child, ev, pre):
+                self._release(child)
+                continue
+            before = len(self.parent)
+            cid = self._add(child, nid, ev)
+            self.edges[nid][ev] = cid
+            if len(self.parent) > before:
+                new.append(cid)
+            else:
+                self._release(child)
+        return new
+
+    # -- one transition, checked --------------------------------------------------------------
+    def _fire(self, nid: int, child: Live, ev: Step, pre: Facts) -> bool:
+        """Feed `ev` to `child` and judge the transition; False when there is no
+        configuration to follow (the engine refused or crashed, or did something the
+        declaration does not have)."""
+        trigger = ev[0]
+        if trigger == NEXT_TURN:
+            return self._next_turn(nid, child, ev)
+        turn, clock, before = child.turn, child.clock, child.obs
+        s = turn.s
+        source = s.state
+        then = clock.t
+        known_outcomes = self.alphabet.outcomes
+        if ev in known_outcomes:
+            outcome = known_outcomes[ev]
+        else:  # a monitor may feed any Retry-After
+            outcome = outcome_for(trigger, dict(ev[1]))
+        if trigger == WAITED:
+            a = s.action
+            if isinstance(a, Wait) and math.isfinite(a.seconds):
+                clock.advance(a.seconds)
+        elif outcome is not None and trigger != CANCELLED and self.attempt_seconds:
+            clock.advance(self.attempt_seconds)
+        n_trace = len(s.trace)
+        record_key = key(self, child) if self.record else None
+        try:
+            action = turn.fire(trigger, outcome)
+        except ProtocolError as e:
+            self._report(engine_rejected(e), nid, ev)
+            return False
+        except Exception as e:  # a crash inside the engine is a finding, not a checker error
+            self._report(engine_crashed(e), nid, ev)
+            return False
+        s = turn.s
+        made = s.trace[n_trace:]
+        bad = declaration_equals_execution(self.ctx, source, trigger, s.state, made)
+        if bad is None:
+            te = made[0]
+            self.taken.add((te.source, te.event, te.dest))
+            bad = ends_as_declared(s.state, action)
+        if bad is not None:
+            child.obs = before.counted()
+            self._report(bad, nid, ev)
+            return False
+        if self.record:
+            self.edge_log[(record_key, ev)] = (
+                key(self, child),
+                (te.source, te.event, te.dest, te.action, te.target, te.credential, te.wait),
+            )
+        now = clock.t
+        kind = KINDS.get(trigger)
+        h = s.health
+        known, after = observe(self.ctx, before, trigger, kind, outcome, action, h, now, s.ti)
+        changes = health_changes(pre, h)
+        # built as a plain tuple (no Python-level __new__): this runs once per transition
+        rec = tuple.__new__(TransitionRecord, (
+            self.ctx, ev, trigger, kind, outcome, source, s.state, action, te,
+            before, known, after, then, now, h, changes,
+        ))  # fmt: skip
+        child.obs = after
+        if isinstance(action, Wait):
+            self._note_wait(rec)
+        for check in ON_ATTEMPT if isinstance(action, Attempt) else CHECKS:
+            f = check(rec)
+            if f is not None:
+                self._broken(f.prop, f.why, nid, ev)
+        return True
+
+    def _note_wait(self, rec: TransitionRecord) -> None:
+        """A wait longer than the time abstraction assumes a correct engine asks for (or
+        more waits on one target) makes the search rerun with exact time."""
+        a = rec.action
+        if not isinstance(a, Wait):
+            return
+        w = a.seconds
+        if not (math.isfinite(w) and w >= 0):
+            return
+        cur = rec.before.cur
+        if rec.trigger == START:
+            if w > self.start_max + EPS:
+                self.inexact = True
+        elif cur >= 0:
+            if w > self.step_max + EPS or rec.after.nwait[cur] >= self.policy.max_attempts:
+                self.inexact = True
+
+    def _next_turn(self, nid: int, child: Live, ev: Step) -> bool:
+        """A next turn on the same health store and clock, checked against a brand-new
+        turn's state."""
+        old = child.turn.s
+        turn = self._new_turn(old.health, child.clock)
+        fresh = TurnState(self.policy, HealthStore(), FakeClock(child.clock.t), worst_jitter, None)
+        fresh.decl = turn.s.decl
+        f = clean_next_turn(turn.s, fresh, old)
+        if f is not None:
+            self._report(f, nid, ev)
+        self._release(child)
+        child.turn = turn
+        child.obs = Obs(self.n, child.obs.turn + 1)
+        return True
+
+
+def check_policy(
+    policy: Policy,
+    *,
+    declaration: Declaration | Callable[[Policy], Declaration] | None = None,
+    guards: Mapping[str, Guard] | None = None,
+    effects: Mapping[str, Effect] | None = None,
+    health_factory: Callable[[], HealthStore] = HealthStore,
+    executor: Executor = Turn,
+    turns: int = 2,
+    max_cooling: int = 1,
+    attempt_seconds: float = 0.0,
+    max_states: int = 400_000,
+) -> CheckReport:
+    """Explore every reachable configuration of `policy` and check the ten properties.
+
+    `declaration` (or a function of the policy returning one), `guards` and
+    `effects` replace the machine's own, to show the checker failing on broken
+    machines; `health_factory` may build a broken health store. `turns` bounds
+    how many consecutive turns share one health store; `max_cooling` how many
+    targets are cooling in an initial configuration.
+    """
+    return Checker(
+        policy,
+        declaration=declaration,
+        guards=guards,
+        effects=effects,
+        health_factory=health_factory,
+        executor=executor,
+        turns=turns,
+        max_cooling=max_cooling,
+        attempt_seconds=attempt_seconds,
+        max_states=max_states,
+    ).run()
