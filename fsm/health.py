@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Final
 
 TargetKey = Hashable
@@ -119,7 +119,7 @@ class HealthStore:
         credentials: Iterable[CredKey],
         horizon: float = math.inf,
         saturation: int = 1 << 30,
-        sizes: dict[TargetKey, int] | None = None,
+        sizes: Mapping[Any, int] | None = None,
     ) -> tuple[Any, ...]:
         """Canonical identity of the facts about `targets` and `credentials` that can steer a
         turn: cooldowns as seconds left (inf beyond `horizon`), failure streaks (equal once
@@ -144,6 +144,16 @@ class HealthStore:
             self._cred_until.clear()
             self._streak.clear()
             self._rr.clear()
+
+    def facts(
+        self, copy: bool = True
+    ) -> tuple[dict[TargetKey, float], dict[CredKey, float], dict[TargetKey, int]]:
+        """Target cooldowns, credential cooldowns and failure streaks (for the checker's
+        before/after comparison; copies unless `copy` is False)."""
+        if copy:
+            with self._lock:
+                return self._target_until.copy(), self._cred_until.copy(), self._streak.copy()
+        return self._target_until, self._cred_until, self._streak
 
     def snapshot(self) -> dict[str, object]:
         """A copy for debugging and tests (credential ids only, never keys)."""

@@ -41,7 +41,7 @@ def test_every_property_holds_for_the_default_policy():
     # The default chain's context lengths shrink (1M, 200k, 128k, 128k): a
     # context_too_long can never fall back, and the checker says so.
     assert data["unreachable"]
-    assert all("--context_too_long [next_is=" in u for u in data["unreachable"])
+    assert all("--context_too_long [next eligible = " in u for u in data["unreachable"])
 
 
 def test_check_main_prints_one_json_object_and_exits_zero(capsys):

@@ -14,6 +14,7 @@ import pytest
 
 from fsm import HealthStore, Policy
 from fsm.checker import check_policy, replay, step
+from fsm.guards import ATTEMPT, BACK_OFF, FALL_BACK, NEXT_IS
 from fsm.machine import Declaration, Transition, declare
 from fsm.turn import TurnState
 
@@ -35,13 +36,16 @@ def test_the_unmodified_machine_passes_on_the_policies_used_below(policy):
 
 # (a) The original bug: a stale "fallback exhausted" fact survives a successful transport
 # recovery, so the next fallback-triggering outcome ends the turn instead of falling back.
-def stale_next_is(s: TurnState, arg: int) -> bool:
-    return not s.recovered and s.next_eligible() == arg
+def _stale_next_is(s: TurnState, arg: int) -> bool:
+    return not s.visit.recovered and s.next_eligible() == arg
+
+
+STALE_NEXT_IS = {NEXT_IS: attrs.evolve(NEXT_IS, check=_stale_next_is)}
 
 
 def test_a_stale_fallback_index_after_recovery_breaks_the_fallback_gate():
     policy = chain("m0", "m1", max_attempts=2)
-    report = check_policy(policy, guards={"next_is": stale_next_is})
+    report = check_policy(policy, guards=STALE_NEXT_IS)
     v = report.violations["fallback_gate"]
     assert not report.holds("fallback_gate")
     # timeout, timeout -> recovery -> rebuilt -> one more fault: 6 events, the minimum
@@ -50,7 +54,7 @@ def test_a_stale_fallback_index_after_recovery_breaks_the_fallback_gate():
     assert v.steps[5][0] in {"transport", "rate_limited", "quota", "overloaded", "auth"}
     assert "fallback_1 was eligible" in v.why
     # The counterexample replays on a fresh turn and reproduces the failure ...
-    turn = replay(policy, v.steps, guards={"next_is": stale_next_is})[-1]
+    turn = replay(policy, v.steps, guards=STALE_NEXT_IS)[-1]
     assert turn.state == "failed"
     assert "fallback_1" not in [e.target for e in turn.trace]
     # ... while the real machine, fed the same events, falls back.
@@ -63,7 +67,7 @@ def self_loop_on_429(policy: Policy) -> Declaration:
     d = declare(policy)
     names = {t.name for t in policy.targets}
     kept = [t for t in d.transitions if not (t.trigger == "rate_limited" and t.source in names)]
-    loops = [Transition("rate_limited", n, n, None, "attempt") for n in sorted(names)]
+    loops = [Transition("rate_limited", n, n, None, ATTEMPT) for n in sorted(names)]
     return attrs.evolve(d, transitions=(*kept, *loops))
 
 
@@ -116,7 +120,7 @@ def stream_falls_back(policy: Policy) -> Declaration:
         if t.trigger == "stream_interrupted" and t.source in names:
             i = names.index(t.source)
             out += [
-                Transition("stream_interrupted", t.source, names[j], "next_is", "fall_back", j)
+                Transition("stream_interrupted", t.source, names[j], NEXT_IS, FALL_BACK, j)
                 for j in range(i + 1, len(names))
             ]
         out.append(t)
@@ -135,15 +139,17 @@ def test_a_committed_stream_replayed_on_a_fallback_is_caught():
 
 def test_a_leaking_effect_is_caught_by_the_secrets_property():
     from fsm.actions import Wait
-    from fsm.turn import e_back_off
 
     def chatty_back_off(s: TurnState, arg: int) -> Wait:
-        w = e_back_off(s, arg)
+        w = BACK_OFF.run(s, arg)
         assert isinstance(w, Wait)
-        assert s.cred is not None and s.cred.key is not None
-        return Wait(w.seconds, f"backing off {s.cred.key.reveal()}")
+        cred = s.visit.credential
+        assert cred is not None and cred.key is not None
+        return Wait(w.seconds, f"backing off {cred.key.reveal()}")
 
-    report = check_policy(chain("m0", max_attempts=2), effects={"back_off": chatty_back_off})
+    report = check_policy(
+        chain("m0", max_attempts=2), effects={BACK_OFF: attrs.evolve(BACK_OFF, run=chatty_back_off)}
+    )
     v = report.violations["secrets_never_leak"]
     assert v.length == 2 and v.steps[1][0] in ("transport", "overloaded")
     assert KEY_PREFIX not in v.why  # the report itself never prints the key
@@ -153,7 +159,7 @@ def test_a_leaking_effect_is_caught_by_the_secrets_property():
 def test_counterexamples_round_trip_through_json():
     from fsm.checker import steps_from_json
 
-    report = check_policy(chain("m0", "m1", max_attempts=2), guards={"next_is": stale_next_is})
+    report = check_policy(chain("m0", "m1", max_attempts=2), guards=STALE_NEXT_IS)
     data = report.to_json()["properties"]["fallback_gate"]["counterexample"]
     assert steps_from_json(data) == list(report.violations["fallback_gate"].steps)
     assert steps_from_json([["rate_limited", {"retry_after": 5}]]) == [

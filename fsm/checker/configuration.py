@@ -11,21 +11,19 @@ a key holds everything the rest of the turn can depend on, and nothing else:
   search's horizon are one value; the turn's elapsed time is kept only while the
   deadline can still bind (elapsed + the most the rest of the turn can wait).
 
-These functions read the engine's private slots (`TurnState.__slots__`, the health
-store's dictionaries); they are kept together here so that they can be replaced by
-the engine's own key and copy methods in one place.
+The turn's own part of the key is `TurnState.key()` and the health store's is
+`HealthStore.key()`: the engine owns its identity (and says which fields it leaves
+out, and why); `audit` checks that configurations merged by the key behave alike.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ..actions import Attempt, Rebuild, Wait
 from ..backoff import cooldown_for
-from ..health import HealthStore
+from ..health import HealthStore, relative
 from ..machine import TERMINALS
 from ..policy import Policy
 from ..testing import FakeClock
@@ -38,13 +36,12 @@ if TYPE_CHECKING:
 
 EPS: Final = 1e-6
 
-_STATE_SLOTS: Final = tuple(TurnState.__slots__)
 #: The slots a turn must start afresh (the others are shared with the turn's host).
 PER_TURN_SLOTS: Final = tuple(
-    n for n in _STATE_SLOTS if n not in ("clock", "health", "hook", "policy", "random", "decl")
+    n
+    for n in TurnState.__slots__
+    if n not in ("clock", "health", "hook", "policy", "random", "decl")
 )
-_Copier = Callable[[TurnState, HealthStore, FakeClock], TurnState]
-_COPIER: list[_Copier] = []
 
 
 # -- copies -----------------------------------------------------------------------------------
@@ -52,73 +49,16 @@ _COPIER: list[_Copier] = []
 
 def copy_health(h: HealthStore) -> HealthStore:
     """A copy of a health store (its class may be a deliberately broken subclass)."""
-    if type(h) is HealthStore:
-        new = object.__new__(HealthStore)
-        new._lock = threading.Lock()
-        new._target_until = h._target_until.copy()
-        new._cred_until = h._cred_until.copy()
-        new._streak = h._streak.copy()
-        new._rr = h._rr.copy()
-        return new
-    new = object.__new__(type(h))
-    for klass in type(h).__mro__:
-        for name in getattr(klass, "__slots__", ()):
-            if name == "_lock":
-                value: Any = threading.Lock()
-            else:
-                try:
-                    value = getattr(h, name)
-                except AttributeError:
-                    continue
-                if isinstance(value, dict | set | list):
-                    value = value.copy()
-            object.__setattr__(new, name, value)
-    if hasattr(h, "__dict__"):
-        for name, value in vars(h).items():
-            object.__setattr__(
-                new, name, value.copy() if isinstance(value, dict | set | list) else value
-            )
-    return new
+    return h.copy()
 
 
 def copy_state(s: TurnState, health: HealthStore, clock: FakeClock) -> TurnState:
     """A copy of a turn's state on its own health store and clock (the trace starts empty:
     the checker reads each transition's record as it is made)."""
-    if not _COPIER:
-        _COPIER.append(make_copier(s))
-    return _COPIER[0](s, health, clock)
-
-
-def make_copier(sample: TurnState) -> _Copier:
-    """Generate a straight-line copier for TurnState's slots (much faster than a loop)."""
-    lines = ["def copy(s, health, clock):", "    n = new(TurnState)"]
-    for name in _STATE_SLOTS:
-        if name == "health":
-            lines.append("    n.health = health")
-        elif name == "clock":
-            lines.append("    n.clock = clock")
-        elif name in ("trace", "_raw", "_events"):
-            lines.append(f"    n.{name} = []")
-        elif isinstance(getattr(sample, name, None), dict | set | list):
-            lines.append(f"    n.{name} = s.{name}.copy()")
-        else:
-            lines.append(f"    n.{name} = s.{name}")
-    lines.append("    return n")
-    ns: dict[str, Any] = {"new": object.__new__, "TurnState": TurnState}
-    exec("\n".join(lines), ns)
-    fn: _Copier = ns["copy"]
-    return fn
+    return s.copy(health, clock)
 
 
 # -- the time abstraction ---------------------------------------------------------------------
-
-
-def rel(v: float, now: float, long: float = math.inf) -> float:
-    """Seconds left of a not-before time (0 when over, inf when beyond the horizon)."""
-    if v <= now:
-        return 0.0
-    left = v - now
-    return round(left, 6) if left <= long else math.inf
 
 
 def streak_saturation(policy: Policy) -> int:
@@ -176,49 +116,22 @@ def health_slots(
 
 def health_key(c: Checker, h: HealthStore, now: float, lo: int) -> tuple[Any, ...]:
     """The health facts a running turn at chain position `lo` can still depend on."""
-    tu = h._target_until
-    cu = h._cred_until
-    long = c.long
-    out: list[Any] = []
-    for k in c.hk_targets[lo]:
-        v = tu.get(k, 0.0)
-        out.append(rel(v, now, long))
-    for ck in c.hk_creds[lo]:
-        v = cu.get(ck, 0.0)
-        out.append(rel(v, now, long))
-    sat = c.sat
-    streak = h._streak
-    rr = h._rr
-    for k in c.hk_targets[lo]:
-        out.append(min(streak.get(k, 0), sat))
-        n = rr.get(k)
-        out.append(None if n is None else n % c.sizes[k])
-    return tuple(out)
+    return h.key(now, c.hk_targets[lo], c.hk_creds[lo], c.long, c.sat, c.sizes)
 
 
 def health_class(c: Checker, h: HealthStore, now: float) -> tuple[Any, ...]:
     """What a next turn can depend on, coarsely: which cooldowns run (and whether they
     outlast the search), failure streaks, round-robin positions. Turn ends in one class
     continue from one representative health store."""
-    tu = h._target_until
-    cu = h._cred_until
-    long = c.long
-    out: list[Any] = []
-    for k in c.hk_targets[0]:
-        v = tu.get(k, 0.0)
-        out.append(0 if v <= now else (2 if v - now > long else 1))
-    for ck in c.hk_creds[0]:
-        v = cu.get(ck, 0.0)
-        out.append(0 if v <= now else (2 if v - now > long else 1))
-    for k in c.hk_targets[0]:
-        out.append(min(h._streak.get(k, 0), c.sat))
-        n = h._rr.get(k)
-        out.append(None if n is None else n % c.sizes[k])
-    return tuple(out)
+    targets, creds = c.hk_targets[0], c.hk_creds[0]
+    k = h.key(now, targets, creds, c.long, c.sat, c.sizes)
+    n = len(targets) + len(creds)
+    running = tuple(0 if v == 0 else (2 if v == math.inf else 1) for v in k[:n])
+    return running + k[n:]
 
 
 def key(c: Checker, live: Live) -> tuple[Any, ...]:
-    """The configuration's identity: (action, time, the turn's state, the checker's
+    """The configuration's identity: (action, time, the turn's state key, the checker's
     record, health). A terminal configuration is its turn number and end state, or, when
     another turn follows, the class of health that turn starts from."""
     s = live.turn.s
@@ -229,47 +142,23 @@ def key(c: Checker, live: Live) -> tuple[Any, ...]:
         if o.turn >= c.turns:
             return (o.turn, state)
         return (o.turn, "end", health_class(c, s.health, now))
-    cur = s.ti
+    cur = s.visit.index
     lo = cur if cur > 0 else 0
     a = s.action
     cls = type(a)
     if cls is Attempt:
         ak: tuple[Any, ...] = ("A", a.target.index, a.credential.id)  # type: ignore[union-attr]
-        out = None  # overwritten by the next outcome before anything reads it
+    elif cls is Wait:
+        ak = ("W", a.seconds)  # type: ignore[union-attr]
+    elif cls is Rebuild:
+        ak = ("R",)
     else:
-        if cls is Wait:
-            ak = ("W", a.seconds)  # type: ignore[union-attr]
-        elif cls is Rebuild:
-            ak = ("R",)
-        else:
-            ak = (cls.__name__,)
-        so = s.outcome
-        out = (so.kind, so.retry_after) if so is not None else None
+        ak = (cls.__name__,)
     long = c.long
     elapsed = now - s.started
-    time_k = None if far(c, o, lo, elapsed) else (round(elapsed, 6), round(o.waits, 6))
+    timed = not far(c, o, lo, elapsed)
+    time_k = (round(elapsed, 6), round(o.waits, 6)) if timed else None
     oc = o.cur
-    core = (
-        state,
-        cur,
-        s.cred.id if s.cred is not None else None,
-        s.attempts,
-        s.streak,
-        s.recovered,
-        s.rotations,
-        s.rr,
-        tuple(sorted(s.spent)) if s.spent else (),
-        tuple(
-            sorted(
-                (k[1], rel(v, now, long)) for k, v in s.cred_nb.items() if k[0] == cur and v > now
-            )
-        ),
-        rel(s.target_nb, now, long),
-        tuple(s.tried),
-        s.ctx_floor,
-        out,
-        s.partial,
-    )
     mine = (
         o.turn,
         o.tried,
@@ -279,9 +168,11 @@ def key(c: Checker, live: Live) -> tuple[Any, ...]:
         o.rot[oc] if oc >= 0 else 0,
         tuple(sorted(cid for j, cid in o.banned if j == oc)) if o.banned else (),
         tuple(
-            sorted((k[1], rel(v, now, long)) for k, v in o.nb.items() if k[0] == oc and v > now)
+            sorted(
+                (k[1], relative(v, now, long)) for k, v in o.nb.items() if k[0] == oc and v > now
+            )
         ),
-        rel(o.tnb.get(oc, 0.0), now, long),
+        relative(o.tnb.get(oc, 0.0), now, long),
         o.floor,
         o.committed,
         (o.last.kind, o.last.retry_after) if o.last is not None else None,
@@ -289,4 +180,4 @@ def key(c: Checker, live: Live) -> tuple[Any, ...]:
         o.expect,
     )
     hk = health_key(c, s.health, now, lo)
-    return (ak, time_k, core, mine, hk)
+    return (ak, time_k, s.key(now, long, timed), mine, hk)

@@ -56,7 +56,7 @@ class Monitor(Checker):
     def feed(self, st: Step) -> None:
         live = self.live[0]
         h = live.turn.s.health
-        pre: Facts = (dict(h._target_until), dict(h._cred_until), dict(h._streak))
+        pre: Facts = h.facts()
         self.transitions += 1
         self._fire(-1, live, st, pre)
         self.steps.append(st)

@@ -58,7 +58,7 @@ class TransitionRecord(NamedTuple):
 
 def health_changes(pre: Facts, h: HealthStore) -> tuple[HealthChange, ...]:
     """Every health fact the transition changed."""
-    post: Facts = (h._target_until, h._cred_until, h._streak)
+    post: Facts = h.facts(copy=False)
     if pre[0] == post[0] and pre[1] == post[1] and pre[2] == post[2]:
         return ()
     out: list[HealthChange] = []

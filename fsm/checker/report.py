@@ -102,7 +102,5 @@ class CheckReport:
 
 def describe(t: Transition, policy: Policy) -> str:
     """A declared transition as one line: ``primary --rate_limited [next_is=...]--> ...``."""
-    guard = (
-        f" [{t.guard}{'=' + policy.targets[t.arg].name if t.arg >= 0 else ''}]" if t.guard else ""
-    )
+    guard = f" [{t.guard.label(policy, t.arg)}]" if t.guard is not None else ""
     return f"{t.source} --{t.trigger}{guard}--> {t.dest}"

@@ -18,11 +18,12 @@ from typing import Any
 import attrs
 
 from ..actions import Attempt, Rebuild, Wait
+from ..guards import Effect, Guard
 from ..health import HealthStore
 from ..machine import CANCELLED, START, TERMINALS, WAITED, Declaration, declare
 from ..policy import Policy
 from ..testing import FakeClock
-from ..turn import Effect, Guard, ProtocolError, TransitionsTurn, Turn, TurnState, _TurnBase
+from ..turn import ProtocolError, TransitionsTurn, Turn, TurnState, _TurnBase
 from .alphabet import alphabet
 from .configuration import (
     EPS,
@@ -72,8 +73,8 @@ class Checker:
         policy: Policy,
         *,
         declaration: Declaration | Callable[[Policy], Declaration] | None = None,
-        guards: Mapping[str, Guard] | None = None,
-        effects: Mapping[str, Effect] | None = None,
+        guards: Mapping[Guard, Guard] | None = None,
+        effects: Mapping[Effect, Effect] | None = None,
         health_factory: Callable[[], HealthStore] = HealthStore,
         executor: Executor = Turn,
         turns: int = 2,
@@ -349,7 +350,7 @@ class Checker:
                 self._release(live)
                 return []
         h = live.turn.s.health
-        pre: Facts = (dict(h._target_until), dict(h._cred_until), dict(h._streak))
+        pre: Facts = h.facts()
         new: list[int] = []
         last = len(events) - 1
         for i, ev in enumerate(events):
@@ -419,7 +420,8 @@ class Checker:
         now = clock.t
         kind = KINDS.get(trigger)
         h = s.health
-        known, after = observe(self.ctx, before, trigger, kind, outcome, action, h, now, s.ti)
+        at = s.visit.index
+        known, after = observe(self.ctx, before, trigger, kind, outcome, action, h, now, at)
         changes = health_changes(pre, h)
         # built as a plain tuple (no Python-level __new__): this runs once per transition
         rec = tuple.__new__(TransitionRecord, (
@@ -472,8 +474,8 @@ def check_policy(
     policy: Policy,
     *,
     declaration: Declaration | Callable[[Policy], Declaration] | None = None,
-    guards: Mapping[str, Guard] | None = None,
-    effects: Mapping[str, Effect] | None = None,
+    guards: Mapping[Guard, Guard] | None = None,
+    effects: Mapping[Effect, Effect] | None = None,
     health_factory: Callable[[], HealthStore] = HealthStore,
     executor: Executor = Turn,
     turns: int = 2,

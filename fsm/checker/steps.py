@@ -12,12 +12,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from ..actions import Action, Wait
+from ..guards import Effect, Guard
 from ..health import HealthStore
 from ..machine import CANCELLED, WAITED, Declaration
 from ..outcomes import Outcome, OutcomeKind
 from ..policy import Policy, Target
 from ..testing import FakeClock
-from ..turn import Effect, Guard, Turn, _TurnBase
+from ..turn import Turn, _TurnBase
 
 #: Host-side steps of a counterexample besides the machine's triggers.
 NEXT_TURN: Final = "next_turn"
@@ -100,8 +101,8 @@ class Replay:
         attempt_seconds: float = 0.0,
         executor: Executor = Turn,
         declaration: Declaration | None = None,
-        guards: Mapping[str, Guard] | None = None,
-        effects: Mapping[str, Effect] | None = None,
+        guards: Mapping[Guard, Guard] | None = None,
+        effects: Mapping[Effect, Effect] | None = None,
     ) -> None:
         self.policy = policy
         self.health = health if health is not None else HealthStore()
