@@ -7,6 +7,7 @@ declaration, an effect, a health store); the same policy with nothing swapped pa
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -16,6 +17,7 @@ from fsm import HealthStore, Policy
 from fsm.checker import check_policy, replay, step
 from fsm.guards import ATTEMPT, BACK_OFF, FALL_BACK, NEXT_IS
 from fsm.machine import Declaration, Transition, declare
+from fsm.state import Visit
 from fsm.turn import TurnState
 
 from helpers import KEY_PREFIX, chain
@@ -165,3 +167,27 @@ def test_counterexamples_round_trip_through_json():
     assert steps_from_json([["rate_limited", {"retry_after": 5}]]) == [
         step("rate_limited", retry_after=5)
     ]
+
+
+# (f) A key that forgets a field a guard reads: `transport_retry` and `can_recover` read
+# `visit.recovered`, so a visit that used its recovery and one that did not must never be
+# merged; a key without it merges them and the search would silently lose soundness.
+def test_a_field_left_out_of_the_key_is_caught_by_the_key_audit(monkeypatch):
+    policy = chain("m0", "m1", max_attempts=3)
+    sound = check_policy(policy)
+    assert sound.ok and sound.audit.checked > 0 and sound.audit.finding is None
+
+    keyed = Visit.key
+
+    def forgetful(self: Visit, now: float, horizon: float = math.inf) -> tuple:
+        k = keyed(self, now, horizon)
+        assert k[4] is self.recovered
+        return (*k[:4], None, *k[5:])
+
+    monkeypatch.setattr(Visit, "key", forgetful)
+    report = check_policy(policy)
+    assert not report.ok
+    assert report.audit.finding is not None
+    assert "visit.recovered alone makes the difference" in report.audit.finding
+    assert "KEY UNSOUND" in report.text()
+    assert report.to_json()["key_audit"]["finding"] == report.audit.finding

@@ -175,3 +175,16 @@ def test_a_visit_is_replaced_whole_when_the_turn_moves_on():
         "primary",
         "fallback_1",
     ]
+
+
+def test_the_checker_feeds_every_outcome_kind_with_every_abstract_retry_after_of_its_row():
+    """The checker's alphabet is read off the traits table: a kind with a row is fed."""
+    from fsm.checker.alphabet import alphabet
+    from fsm.checker.context import Bounds
+
+    policy = _policy()
+    ab = alphabet(policy, Bounds.of(policy))
+    fed = [trigger for trigger, _ in ab.on_attempt]
+    assert set(fed) == {k.value for k in OutcomeKind}
+    for kind in FAULT_KINDS:
+        assert fed.count(kind.value) == len(TRAITS[kind].retry_afters), kind

@@ -1,9 +1,10 @@
 """The event alphabet: every event the host can feed in each kind of configuration.
 
-Finite by construction: every outcome class once, Retry-After in {none, 0, below the
-cap, above the cap} where it matters, a stream break with delivered output, the
+Finite by construction and read off the traits table (`fsm.traits`): every outcome
+kind, once per abstract Retry-After value its row lists (none, 0, below the cap, above
+the cap), with delivered output when its row says the stream was committed; the
 host's replies to Wait and Rebuild, cancellation anywhere, and a next turn after the
-end of one.
+end of one. A new outcome kind is fed as soon as it has its row.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import NamedTuple
 from ..machine import CANCELLED, REBUILD_FAILED, REBUILT, START, WAITED
 from ..outcomes import Outcome, OutcomeKind
 from ..policy import Policy
+from ..traits import TRAITS, RetryAfter
 from .context import Bounds
 from .steps import KINDS, NEXT_TURN, Step, outcome_for, step
 
@@ -32,17 +34,32 @@ class Alphabet(NamedTuple):
 
 def alphabet(policy: Policy, bounds: Bounds) -> Alphabet:
     b = bounds
-    ras: list[float | None] = [None, 0.0]
+    values: dict[RetryAfter, float | None] = {
+        RetryAfter.ABSENT: None,
+        RetryAfter.ZERO: 0.0,
+        RetryAfter.ABOVE_CAP: b.large,
+    }
     if b.small is not None:
-        ras.append(b.small)
-    ras.append(b.large)
-    out: list[Step] = [step("success"), step("transport")]
-    out += [step("rate_limited", retry_after=r) for r in ras]
-    out.append(step("quota"))
-    out += [step("overloaded", retry_after=r) for r in (None, b.large)]
-    for k in ("auth", "not_found", "context_too_long", "content_filtered", "bad_request"):
-        out.append(step(k))
-    out.append(step("stream_interrupted", partial=PARTIAL))
+        values[RetryAfter.BELOW_CAP] = b.small
+    out: list[Step] = []
+    for kind in OutcomeKind:
+        t = TRAITS[kind]
+        if kind is OutcomeKind.CANCELLED:
+            continue  # fed in every running configuration, below
+        if not t.fault:
+            out.append(step(kind.value))
+            continue
+        for ra in t.retry_afters:
+            if ra not in values:
+                continue
+            args: dict[str, object] = {}
+            if ra is not RetryAfter.ABSENT:
+                args["retry_after"] = values[ra]
+            elif len(t.retry_afters) > 1:
+                args["retry_after"] = None
+            if t.committed:
+                args["partial"] = PARTIAL
+            out.append(step(kind.value, **args))
     cancel = step(CANCELLED)
     on_attempt = (*out, cancel)
     on_wait = (step(WAITED), cancel)

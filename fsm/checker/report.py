@@ -33,6 +33,15 @@ class Violation:
 
 
 @attrs.frozen
+class KeyAuditResult:
+    """Merged configurations fed every event to check the key; the first that differed."""
+
+    checked: int = 0
+    finding: str | None = None
+    steps: tuple[Step, ...] = ()  # reaches one of the two merged configurations
+
+
+@attrs.frozen
 class CheckReport:
     policy: Policy = attrs.field(repr=False)
     states: int
@@ -44,10 +53,11 @@ class CheckReport:
     turns: int
     complete: bool
     bounds: Bounds
+    audit: KeyAuditResult = KeyAuditResult()
 
     @property
     def ok(self) -> bool:
-        return not self.violations and self.complete
+        return not self.violations and self.complete and self.audit.finding is None
 
     def holds(self, prop: str) -> bool:
         if prop not in PROPERTIES:
@@ -65,6 +75,7 @@ class CheckReport:
             "seconds": round(self.seconds, 3),
             "properties": props,
             "unreachable": list(self.unreachable),
+            "key_audit": {"checked": self.audit.checked, "finding": self.audit.finding},
         }
 
     def text(self) -> str:
@@ -92,6 +103,15 @@ class CheckReport:
                     "replay with fsm.checker.replay(policy, steps)):"
                 )
                 lines.append(f"          {v.python()}")
+        a = self.audit
+        if a.finding is None:
+            lines.append(
+                f"key audit: {a.checked} merged configurations fed every event, "
+                "each behaved like the one it was merged into"
+            )
+        else:
+            lines.append(f"KEY UNSOUND: {a.finding}")
+            lines.append(f"          reached by: {format_steps(a.steps)}")
         if self.unreachable:
             lines.append(f"declared but never taken ({len(self.unreachable)}):")
             lines += [f"  {u}" for u in self.unreachable]

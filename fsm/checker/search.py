@@ -25,6 +25,7 @@ from ..policy import Policy
 from ..testing import FakeClock
 from ..turn import ProtocolError, TransitionsTurn, Turn, TurnState, _TurnBase
 from .alphabet import alphabet
+from .audit import KeyAudit, summary_of
 from .configuration import (
     EPS,
     copy_health,
@@ -50,7 +51,7 @@ from .properties import (
     still_running,
 )
 from .record import Facts, Finding, TransitionRecord, health_changes
-from .report import CheckReport, Violation, describe
+from .report import CheckReport, KeyAuditResult, Violation, describe
 from .steps import KINDS, NEXT_TURN, START_TIME, Executor, Replay, Step, outcome_for, worst_jitter
 
 
@@ -84,8 +85,10 @@ class Checker:
         record: bool = False,
         abstract_time: bool = True,
         follow_events: int = 2,
+        audit_budget: int = 200,
     ) -> None:
         self._args = dict(
+            audit_budget=audit_budget,
             policy=policy,
             declaration=declaration,
             guards=guards,
@@ -135,6 +138,7 @@ class Checker:
         self.transitions = 0
         self.complete = True
         self.edge_log: dict[tuple[Any, Step], tuple[Any, tuple[Any, ...]]] = {}
+        self.audit = KeyAudit(audit_budget, self._feed_copy, self._clone)
 
     def _time_abstraction(self, bounds: Bounds) -> None:
         """The horizon of the whole search and the waits a correct engine can ask for;
@@ -204,6 +208,10 @@ class Checker:
         k = key(self, live)
         found = self.ids.get(k)
         if found is not None:
+            rep = self.live.get(found)
+            if rep is not None and rep is not live and self.audit.wants():
+                events = self._events_of(self.kind[found][0])
+                self.audit.judge(rep, live, events, found)
             return found
         nid = len(self.parent)
         self.ids[k] = nid
@@ -227,6 +235,30 @@ class Checker:
         self.kind.append(kind)
         self.live[nid] = live
         return nid
+
+    def _events_of(self, kind: str) -> tuple[Step, ...]:
+        ab = self.alphabet
+        return {"A": ab.on_attempt, "W": ab.on_wait, "R": ab.on_rebuild, "I": ab.on_idle}.get(
+            kind, ()
+        )
+
+    def _feed_copy(self, live: Live, ev: Step) -> tuple[Any, ...]:
+        """What the engine does on `ev` from a copy of `live` (nothing else is recorded)."""
+        child = self._clone(live)
+        trigger = ev[0]
+        outcome = self.alphabet.outcomes.get(ev)
+        a = child.turn.s.action
+        if trigger == WAITED and isinstance(a, Wait) and math.isfinite(a.seconds):
+            child.clock.advance(a.seconds)
+        elif outcome is not None and trigger != CANCELLED and self.attempt_seconds:
+            child.clock.advance(self.attempt_seconds)
+        try:
+            action = child.turn.fire(trigger, outcome)
+            return summary_of(child.turn.s.state, action)
+        except Exception as e:  # judged like any answer: both must do the same
+            return ("raised", type(e).__name__)
+        finally:
+            self._release(child)
 
     def path(self, nid: int, *extra: Step) -> tuple[Step, ...]:
         """The steps from an initial configuration (its setup included) to `nid`, then
@@ -300,6 +332,11 @@ class Checker:
             self.turns,
             self.complete,
             self.bounds,
+            KeyAuditResult(
+                self.audit.checked,
+                self.audit.finding,
+                self.path(self.audit.where) if self.audit.where >= 0 else (),
+            ),
         )
 
     def _whole_graph(self) -> None:
