@@ -34,7 +34,14 @@ def test_every_property_holds_for_the_default_policy():
     assert report.ok, report.text()
     assert report.complete
     data = report.to_json()
-    assert set(data) == {"states", "transitions", "seconds", "properties", "unreachable", "key_audit"}
+    assert set(data) == {
+        "states",
+        "transitions",
+        "seconds",
+        "properties",
+        "unreachable",
+        "key_audit",
+    }
     assert data["key_audit"]["finding"] is None and data["key_audit"]["checked"] > 0
     assert list(data["properties"]) == list(PROPERTIES)
     assert set(data["properties"].values()) == {"holds"}
