@@ -253,7 +253,7 @@ def _classify(e: BaseException, now: float) -> Outcome:
         # No status: an error event inside a stream, or the SDK's own complaint.
         return _error_event(e.body if e.body is not None else e.message, str(e), now)
     if isinstance(e, FailedReply):
-        return _error_event(dict(e.error), str(e), now)
+        return _error_event(dict(e.error), str(e), now, "failed reply")
     if isinstance(e, _timeout_types()):
         return Outcome(OutcomeKind.TRANSPORT, detail=f"timeout ({type(e).__name__})")
     if isinstance(e, _transport_types()):
@@ -302,7 +302,7 @@ def _status_error(e: openai.APIStatusError, now: float) -> Outcome:
     return Outcome(kind, status=o.status, retry_after=o.retry_after, detail=detail)
 
 
-def _error_event(body: Any, message: str, now: float) -> Outcome:
+def _error_event(body: Any, message: str, now: float, what: str = "error event") -> Outcome:
     """An `error` object without an HTTP status (an SSE error event, a failed response)."""
     text = json.dumps(body) if isinstance(body, Mapping | list) else str(body)
     hint = body_kind(text)
@@ -318,7 +318,7 @@ def _error_event(body: Any, message: str, now: float) -> Outcome:
         kind = OutcomeKind.RATE_LIMITED
     else:
         kind = OutcomeKind.OVERLOADED  # the server gave up mid-request: its fault, retryable
-    return Outcome(kind, detail=f"error event: {_one_line_text(message)}")
+    return Outcome(kind, detail=f"{what}: {_one_line_text(message)}")
 
 
 def _interrupted(e: StreamInterrupted, now: float) -> Outcome:

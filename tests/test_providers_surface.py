@@ -259,6 +259,26 @@ def test_an_async_responses_stream_falls_back_before_and_commits_after_its_first
     assert [r.model for r in fault_server.requests] == ["a", "b", "a"]
 
 
+@pytest.mark.parametrize(
+    ("code", "outcome"), [("server_error", "overloaded"), ("rate_limit_exceeded", "rate_limited")]
+)
+def test_a_failed_response_is_classified_by_its_error_and_falls_back(
+    fault_server: FaultServer, code: str, outcome: str
+) -> None:
+    failed = dict(
+        fault_responses.response("a", {}, "partial"),
+        status="failed",
+        error={"code": code, "message": "the model gave up"},
+    )
+    fault_server.script({"models": {"a": [{"kind": "status", "status": 200, "body": failed}]}})
+    with Fallgate(chain("a", "b", server=fault_server)) as gate:
+        result = gate.responses.run(input="hi")
+    assert result.model == "b" and result.value.status == "completed"
+    [failure] = [e for e in result.trace if e.source == "primary"]
+    assert failure.event == outcome
+    assert "failed reply: the response failed: the model gave up" in failure.detail
+
+
 # --------------------------------------------------------------------------- raw responses
 
 
