@@ -224,6 +224,22 @@ def test_a_responses_stream_broken_after_its_first_delta_fails_with_the_partial_
     assert fault_server.counts == {"a": 1}  # never replayed on the fallback
 
 
+def test_a_continued_responses_stream_resends_with_the_delivered_text_as_prefix(
+    fault_server: FaultServer,
+) -> None:
+    fault_server.script({"models": {"a": [{"kind": "stream", "chunks": 2, "then": "cut"}]}})
+    rules = {"stream_interrupted": {"retry": True}}
+    policy = chain("a", server=fault_server, continue_streams=True, rules=rules)
+    with Fallgate(policy) as gate:
+        stream = gate.responses.create(input="tell me", stream=True)
+        list(stream)
+    assert stream.text == "chunk-1 chunk-2 ok" and stream.state == "done"
+    assert fault_server.requests[1].body["input"] == [
+        {"role": "user", "content": "tell me"},
+        {"role": "assistant", "content": "chunk-1 chunk-2 "},
+    ]
+
+
 def test_a_responses_stream_of_tool_calls_commits_at_the_first_arguments_delta(
     fault_server: FaultServer,
 ) -> None:
