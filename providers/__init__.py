@@ -1,6 +1,7 @@
 """fallgate's providers: everything that talks to a real API.
 
-The openai-compatible wrappers (`Fallgate`, `AsyncFallgate`), the classifier
+The openai-compatible wrappers (`Fallgate`, `AsyncFallgate`; their turns'
+`GateResult` and token `Usage`), the classifier
 for what the `openai` SDK raises (`classify_openai`), the per-(target,
 credential) client pools, and the fault-injecting server for tests
 (`providers.fault_server.FaultServer`).
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from .openai_adapter import AsyncFallgate, Fallgate
     from .pools import AsyncClientPool, ClientPool, async_openai_factory, openai_factory
     from .streaming import AsyncFallgateStream, FallgateStream
+    from .usage import AttemptUsage, GateResult, Usage
 
 # Imported lazily: `providers.fault_server` and the pytest plugin must not pay
 # for importing the openai SDK (about a second) when they do not need it.
@@ -32,6 +34,9 @@ _LAZY = {
     "openai_factory": "pools",
     "AsyncFallgateStream": "streaming",
     "FallgateStream": "streaming",
+    "AttemptUsage": "usage",
+    "GateResult": "usage",
+    "Usage": "usage",
 }
 
 
@@ -48,12 +53,15 @@ __all__ = [
     "AsyncClientPool",
     "AsyncFallgate",
     "AsyncFallgateStream",
+    "AttemptUsage",
     "ClientPool",
     "ClientUnavailable",
     "Fallgate",
     "FallgateStream",
+    "GateResult",
     "MalformedReply",
     "StreamInterrupted",
+    "Usage",
     "async_openai_factory",
     "classify_openai",
     "openai_factory",

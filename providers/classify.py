@@ -33,6 +33,7 @@ from . import transport
 
 __all__ = [
     "ClientUnavailable",
+    "FailedReply",
     "MalformedReply",
     "StreamInterrupted",
     "classify_openai",
@@ -59,12 +60,26 @@ class StreamInterrupted(Exception):
 
 
 class MalformedReply(Exception):
-    """A 2xx reply that is not a usable chat completion (HTML, empty, not JSON, wrong shape)."""
+    """A 2xx reply that is not a usable reply (HTML, empty, not JSON, wrong shape)."""
 
     def __init__(self, what: str, status: int | None = 200) -> None:
         self.what = what
         self.status = status
         super().__init__(f"malformed reply: {what}")
+
+
+class FailedReply(Exception):
+    """A 2xx reply that reports its own failure: a Responses API ``response`` with
+    ``status: "failed"`` or a ``response.failed`` stream event. `error` is its
+    ``error`` object (``code``, ``message``), classified like a stream error event."""
+
+    def __init__(self, error: Any) -> None:
+        if not isinstance(error, Mapping):
+            dump = getattr(error, "model_dump", None)
+            error = dump() if callable(dump) else {"message": str(error or "")}
+        self.error: Mapping[str, Any] = error
+        message = error.get("message") or error.get("code") or "no error given"
+        super().__init__(f"the response failed: {message}")
 
 
 class ClientUnavailable(Exception):
@@ -145,7 +160,11 @@ def scrub(text: str, secrets: Iterable[str] = ()) -> str:
 
 
 def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
+    return _one_line_text(str(e))
+
+
+def _one_line_text(text: str) -> str:
+    text = " ".join(text.split())
     return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 3] + "..."
 
 
@@ -218,7 +237,7 @@ def _classify(e: BaseException, now: float) -> Outcome:
         return Outcome(
             OutcomeKind.OVERLOADED,
             status=e.status_code,
-            detail="malformed reply: does not match the chat completion schema",
+            detail="malformed reply: does not match the API schema",
         )
     if isinstance(e, openai.APITimeoutError):
         return Outcome(OutcomeKind.TRANSPORT, detail=f"timeout ({_cause_name(e)})")
@@ -232,7 +251,9 @@ def _classify(e: BaseException, now: float) -> Outcome:
         return Outcome(OutcomeKind.BAD_REQUEST, detail="reply cut at the output token limit")
     if isinstance(e, openai.APIError):
         # No status: an error event inside a stream, or the SDK's own complaint.
-        return _error_event(e, now)
+        return _error_event(e.body if e.body is not None else e.message, str(e), now)
+    if isinstance(e, FailedReply):
+        return _error_event(dict(e.error), str(e), now, "failed reply")
     if isinstance(e, _timeout_types()):
         return Outcome(OutcomeKind.TRANSPORT, detail=f"timeout ({type(e).__name__})")
     if isinstance(e, _transport_types()):
@@ -247,7 +268,7 @@ def _classify(e: BaseException, now: float) -> Outcome:
         return Outcome(
             OutcomeKind.OVERLOADED,
             status=200,
-            detail="malformed reply: does not match the chat completion schema",
+            detail="malformed reply: does not match the API schema",
         )
     o = classify_exception(e)
     if o.kind is OutcomeKind.BAD_REQUEST and o.status is None:
@@ -281,9 +302,8 @@ def _status_error(e: openai.APIStatusError, now: float) -> Outcome:
     return Outcome(kind, status=o.status, retry_after=o.retry_after, detail=detail)
 
 
-def _error_event(e: openai.APIError, now: float) -> Outcome:
-    """An `error` object without an HTTP status (typically an SSE error event)."""
-    body = e.body if e.body is not None else e.message
+def _error_event(body: Any, message: str, now: float, what: str = "error event") -> Outcome:
+    """An `error` object without an HTTP status (an SSE error event, a failed response)."""
     text = json.dumps(body) if isinstance(body, Mapping | list) else str(body)
     hint = body_kind(text)
     code = body.get("code") if isinstance(body, Mapping) else None
@@ -298,7 +318,7 @@ def _error_event(e: openai.APIError, now: float) -> Outcome:
         kind = OutcomeKind.RATE_LIMITED
     else:
         kind = OutcomeKind.OVERLOADED  # the server gave up mid-request: its fault, retryable
-    return Outcome(kind, detail=f"error event: {_one_line(e)}")
+    return Outcome(kind, detail=f"{what}: {_one_line_text(message)}")
 
 
 def _interrupted(e: StreamInterrupted, now: float) -> Outcome:

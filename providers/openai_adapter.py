@@ -1,31 +1,38 @@
-"""OpenAI-compatible wrappers: ``client.chat.completions.create(...)`` through the engine.
+"""OpenAI-compatible wrappers: the SDK calls agents make, each one fallgate turn.
 
     gate = Fallgate(Policy.from_toml("fallgate.toml"))
     reply = gate.chat.completions.create(messages=[{"role": "user", "content": "hi"}])
     # reply is the SDK's own ChatCompletion, from whichever target answered
 
+Covered: ``chat.completions.create`` (and ``stream=True``), ``chat.completions.parse``,
+``responses.create`` (and ``stream=True``), ``embeddings.create``, each one's
+``with_raw_response`` twin, ``models.list`` / ``retrieve`` (from the chain, no
+I/O), ``with_options``, and ``run`` (a turn's `GateResult`: trace and usage).
+The namespaces are in `providers.resources`; what an attempt sends is decided
+in `providers.calls` (model and timeout per target), `providers.chain` (a
+per-call ``model=``) and `providers.timeouts`.
+
 Each attempt goes to one real `openai.OpenAI` / `openai.AsyncOpenAI` client per
-(target, credential) with the SDK's retries off; the request's ``model`` is
-replaced by the target's model and its timeout by what the turn allows.
-Waits sleep on ``clock=`` (an `fsm.Clock`; default: the system clock, or the
-virtual one inside `fsm.instant_waits()`, looked up at each turn), so
-``Fallgate(policy, clock=fsm.VirtualClock())`` runs on virtual time.
+(target, credential) with the SDK's retries off. Waits sleep on ``clock=`` (an
+`fsm.Clock`; default: the system clock, or the virtual one inside
+`fsm.instant_waits()`, looked up at each turn).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+import inspect
+from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Literal, overload
+from typing import Any, TypeVar
 
-import attrs
-from openai.types.chat import ChatCompletion
+import openai
 
-from fsm import Attempt, Clock, HealthStore, Policy, TurnResult, adrive, drive
+from fsm import Attempt, Clock, HealthStore, Policy, TurnFailed, adrive, drive
 from fsm.turn import Hook
 
-from .classify import MalformedReply, classify_openai, content_filter_error
+from .calls import CHAT_CREATE, Call, Op, prepare
+from .chain import Chains
+from .classify import classify_openai
 from .pools import (
     AsyncClientFactory,
     AsyncClientPool,
@@ -34,87 +41,40 @@ from .pools import (
     async_openai_factory,
     openai_factory,
 )
+from .resources import (
+    AsyncChat,
+    AsyncEmbeddings,
+    AsyncModels,
+    AsyncResponses,
+    Chat,
+    Embeddings,
+    Models,
+    Responses,
+    unsupported,
+)
 from .streaming import AsyncFallgateStream, FallgateStream
+from .timeouts import Bound, given
+from .usage import GateResult, Ledger, usage_of
 
 __all__ = ["AsyncFallgate", "Fallgate"]
 
+G = TypeVar("G", bound="_Base")
 
-@attrs.frozen(slots=True)
-class _Request:
-    """One caller request, minus what the engine decides (model, timeout)."""
-
-    kwargs: Mapping[str, Any]
-    stream: bool = False
-    timeout: float | None = None
-
-    @classmethod
-    def parse(cls, kwargs: Mapping[str, Any]) -> _Request:
-        kw = dict(kwargs)
-        if "messages" not in kw:
-            raise TypeError("create() missing required keyword argument: 'messages'")
-        messages = kw["messages"]
-        if isinstance(messages, str | bytes) or not isinstance(messages, Iterable):
-            raise TypeError(
-                f"messages must be a list of message dicts, got {type(messages).__name__}"
-            )
-        kw["messages"] = list(messages)
-        kw.pop("model", None)  # every target brings its own model
-        stream = kw.pop("stream", False)
-        if stream is None:
-            stream = False
-        if not isinstance(stream, bool):
-            raise TypeError(f"stream must be True or False, got {stream!r}")
-        timeout = kw.pop("timeout", None)
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not math.isfinite(timeout)
-            or timeout <= 0
-        ):
-            raise TypeError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        return cls(kw, stream, None if timeout is None else float(timeout))
-
-    def call_kwargs(
-        self, a: Attempt, cap: float | None, *, stream: bool = False, prefix: str | None = None
-    ) -> dict[str, Any]:
-        timeout = a.timeout
-        for limit in (cap, self.timeout):
-            if limit is not None:
-                timeout = min(timeout, limit)
-        kw = dict(self.kwargs, model=a.target.model, timeout=timeout)
-        if stream:
-            kw["stream"] = True
-        if prefix:
-            kw["messages"] = [*kw["messages"], {"role": "assistant", "content": prefix}]
-        return kw
+#: `with_options` arguments fallgate cannot pass on, and why.
+_REFUSED = {
+    "api_key": "each target's keys come from the policy",
+    "base_url": "each target has its own base_url in the policy",
+    "http_client": "give Fallgate a client_factory= instead",
+}
+#: The SDK's own `with_options` arguments (whichever openai is installed).
+_SDK_OPTIONS = frozenset(
+    name for name in inspect.signature(openai.OpenAI.copy).parameters if name != "self"
+)
 
 
-def _check_completion(reply: Any) -> ChatCompletion:
-    """A 2xx reply must be a chat completion with choices; content-filtered ones are
-    raised as the SDK's `ContentFilterFinishReasonError` (classified `content_filtered`)."""
-    if not isinstance(reply, ChatCompletion):
-        shown = " ".join(str(reply)[:80].split()) if isinstance(reply, str) else ""
-        what = f"expected a chat completion, got {type(reply).__name__}"
-        raise MalformedReply(f"{what} {shown!r}" if shown else what)
-    choices = getattr(reply, "choices", None)
-    if not isinstance(choices, list) or not choices:
-        raise MalformedReply("a chat completion without choices")
-    if all(getattr(c, "finish_reason", None) == "content_filter" for c in choices):
-        raise content_filter_error(reply)
-    return reply
-
-
-def _check_timeout(timeout: float | None) -> float | None:
-    if timeout is None:
-        return None
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    return float(timeout)
+def _attempt_usage(ledger: Ledger, error: BaseException) -> None:
+    """A billed failure (a filtered or cut-off reply) carries its completion's usage."""
+    ledger.note(usage_of(getattr(error, "completion", None)))
 
 
 class _Base:
@@ -124,7 +84,7 @@ class _Base:
         *,
         health: HealthStore | None,
         on_transition: Hook | None,
-        timeout: float | None,
+        timeout: Any,
         clock: Clock | None,
     ) -> None:
         if not isinstance(policy, Policy):
@@ -139,8 +99,56 @@ class _Base:
         #: What each turn's waits sleep on (None: `fsm.clock.default_clock()` per turn).
         self.clock = clock
         self.on_transition = on_transition
-        #: An upper bound on each attempt's timeout (the turn's own bound also applies).
-        self.timeout = _check_timeout(timeout)
+        #: An upper bound on each attempt's timeout, as given (the turn's own bound applies too).
+        self.timeout = timeout
+        self._timeout = Bound.parse(timeout, error=ValueError)
+        self._chains = Chains(policy)
+        self._client_options: dict[str, Any] = {}
+
+    def _configured(self, client: Any) -> Any:
+        """The attempt's client with this wrapper's ``with_options`` applied."""
+        return client.with_options(**self._client_options) if self._client_options else client
+
+    def _derive(self: G, options: Mapping[str, Any]) -> G:
+        """`with_options`: a wrapper sharing policy, health store and client pools."""
+        opts = dict(options)
+        retries = opts.pop("max_retries", 0)
+        if given(retries) and retries != 0:
+            raise ValueError(
+                f"with_options(max_retries={retries!r}): fallgate keeps the SDK's retries at 0 "
+                "so that retries never multiply; set max_attempts in the policy instead"
+            )
+        timeout = opts.pop("timeout", openai.NOT_GIVEN)
+        for name in opts:
+            if name in _REFUSED:
+                raise ValueError(f"with_options({name}=...) is not supported: {_REFUSED[name]}")
+            if name not in _SDK_OPTIONS or name.startswith("_"):
+                raise TypeError(
+                    f"with_options() got an unexpected keyword argument {name!r} "
+                    f"(it takes: {', '.join(sorted(n for n in _SDK_OPTIONS if n[0] != '_'))})"
+                )
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        merged = dict(self._client_options)
+        for name, value in opts.items():
+            old = merged.get(name)
+            if name in ("default_headers", "default_query") and isinstance(old, Mapping):
+                value = {**old, **(value or {})}
+            merged[name] = value
+        new._client_options = merged
+        if given(timeout):
+            new.timeout = timeout
+            new._timeout = Bound.parse(timeout, error=ValueError)
+        new._namespaces()
+        return new
+
+    def _namespaces(self) -> None:
+        raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise unsupported(type(self).__name__, name)
 
     def __repr__(self) -> str:
         chain = " -> ".join(f"{t.name}:{t.model}" for t in self.policy.targets)
@@ -156,8 +164,14 @@ class Fallgate(_Base):
     switched to 0). Close it (or use ``with``) to close every client.
     ``health`` defaults to a store of this client's own; ``clock`` (an
     `fsm.Clock`, e.g. `fsm.VirtualClock()` in tests) is what every turn and
-    stream of the client waits on.
+    stream of the client waits on. ``timeout`` bounds every attempt (a number,
+    an ``openai.Timeout``, or None).
     """
+
+    chat: Chat
+    responses: Responses
+    embeddings: Embeddings
+    models: Models
 
     def __init__(
         self,
@@ -165,7 +179,7 @@ class Fallgate(_Base):
         *,
         health: HealthStore | None = None,
         on_transition: Hook | None = None,
-        timeout: float | None = None,
+        timeout: Any = None,
         client_factory: ClientFactory | None = None,
         clock: Clock | None = None,
     ) -> None:
@@ -173,39 +187,83 @@ class Fallgate(_Base):
             policy, health=health, on_transition=on_transition, timeout=timeout, clock=clock
         )
         self._pool = ClientPool(client_factory or openai_factory(policy.attempt_timeout))
-        self.chat = _Chat(self)
+        self._namespaces()
+
+    def _namespaces(self) -> None:
+        self.chat = Chat(self)
+        self.responses = Responses(self)
+        self.embeddings = Embeddings(self)
+        self.models = Models(self)
 
     @property
     def clients(self) -> ClientPool:
         """The per-(target, credential) client cache."""
         return self._pool
 
-    def run(self, **create_kwargs: Any) -> TurnResult:
-        """One non-streaming turn; the `TurnResult` holds the ChatCompletion and the trace."""
-        req = _Request.parse(create_kwargs)
-        if req.stream:
-            raise TypeError("run() does not stream; use chat.completions.create(stream=True)")
-        self._pool.check_open()
-        return drive(
-            self.policy,
-            lambda a: self._attempt(a, req),
-            rebuild=self._pool.rebuild,
-            classify=classify_openai,
-            health=self.health,
-            on_transition=self.on_transition,
-            clock=self.clock,
-        )
+    def with_options(self, **options: Any) -> Fallgate:
+        """A wrapper sharing this one's policy, health store and client pools, whose
+        attempts use ``client.with_options(**options)`` (the SDK's own). ``timeout``
+        is one more bound on each attempt; ``max_retries`` other than 0, ``api_key``,
+        ``base_url`` and ``http_client`` are refused."""
+        return self._derive(options)
 
-    def _attempt(self, a: Attempt, req: _Request) -> ChatCompletion:
-        with self._pool.lease(a.target, a.credential) as client:
-            reply = client.chat.completions.create(**req.call_kwargs(a, self.timeout))
-        return _check_completion(reply)
+    def run(self, **create_kwargs: Any) -> GateResult:
+        """One non-streaming ``chat.completions.create`` turn; the `GateResult` holds the
+        ChatCompletion, the trace and the usage."""
+        return self._run(CHAT_CREATE, create_kwargs)
+
+    def _run(self, op: Op, kwargs: Mapping[str, Any]) -> GateResult:
+        call = prepare(op, kwargs, self._chains)
+        if call.stream:
+            raise TypeError(f"run() does not stream; use {op.name}(stream=True)")
+        return self._turn(call)
+
+    def _invoke(self, op: Op, kwargs: Mapping[str, Any]) -> Any:
+        call = prepare(op, kwargs, self._chains)
+        if call.stream:
+            self._pool.check_open()
+            return FallgateStream[Any](self, call)
+        return self._turn(call).value
+
+    def _turn(self, call: Call) -> GateResult:
+        self._pool.check_open()
+        ledger = Ledger()
+
+        def attempt(a: Attempt) -> Any:
+            ledger.begin(a)
+            try:
+                with self._pool.lease(a.target, a.credential) as client:
+                    reply = call.op.bind(self._configured(client))(
+                        **call.sdk_kwargs(a, self._timeout)
+                    )
+                    parsed = call.op.accept(reply)
+            except Exception as e:
+                _attempt_usage(ledger, e)
+                raise
+            ledger.note(usage_of(parsed))
+            return reply
+
+        try:
+            result = drive(
+                call.policy,
+                attempt,
+                rebuild=self._pool.rebuild,
+                classify=classify_openai,
+                health=self.health,
+                on_transition=self.on_transition,
+                clock=self.clock,
+            )
+        except TurnFailed as e:
+            ledger.attach(e)
+            raise
+        return ledger.result(result)
 
     def rebuild(self, target_name: str) -> None:
         """Close and recreate one target's clients (what transport recovery does)."""
         self._pool.rebuild(_target(self.policy, target_name))
 
     def close(self) -> None:
+        """Close every client (shared with wrappers made by `with_options`)."""
         self._pool.close()
 
     def __enter__(self) -> Fallgate:
@@ -221,13 +279,18 @@ class AsyncFallgate(_Base):
     """The asyncio twin of `Fallgate` (`openai.AsyncOpenAI` clients); ``await aclose()``
     or ``async with`` closes them. Cancelling a turn ends it `aborted`."""
 
+    chat: AsyncChat
+    responses: AsyncResponses
+    embeddings: AsyncEmbeddings
+    models: AsyncModels
+
     def __init__(
         self,
         policy: Policy,
         *,
         health: HealthStore | None = None,
         on_transition: Hook | None = None,
-        timeout: float | None = None,
+        timeout: Any = None,
         client_factory: AsyncClientFactory | None = None,
         clock: Clock | None = None,
     ) -> None:
@@ -235,38 +298,78 @@ class AsyncFallgate(_Base):
             policy, health=health, on_transition=on_transition, timeout=timeout, clock=clock
         )
         self._pool = AsyncClientPool(client_factory or async_openai_factory(policy.attempt_timeout))
-        self.chat = _AsyncChat(self)
+        self._namespaces()
+
+    def _namespaces(self) -> None:
+        self.chat = AsyncChat(self)
+        self.responses = AsyncResponses(self)
+        self.embeddings = AsyncEmbeddings(self)
+        self.models = AsyncModels(self)
 
     @property
     def clients(self) -> AsyncClientPool:
         return self._pool
 
-    async def arun(self, **create_kwargs: Any) -> TurnResult:
-        """One non-streaming turn; the `TurnResult` holds the ChatCompletion and the trace."""
-        req = _Request.parse(create_kwargs)
-        if req.stream:
-            raise TypeError("arun() does not stream; use chat.completions.create(stream=True)")
+    def with_options(self, **options: Any) -> AsyncFallgate:
+        """See `Fallgate.with_options`."""
+        return self._derive(options)
+
+    async def arun(self, **create_kwargs: Any) -> GateResult:
+        """One non-streaming ``chat.completions.create`` turn; the `GateResult` holds the
+        ChatCompletion, the trace and the usage."""
+        return await self._run(CHAT_CREATE, create_kwargs)
+
+    async def _run(self, op: Op, kwargs: Mapping[str, Any]) -> GateResult:
+        call = prepare(op, kwargs, self._chains)
+        if call.stream:
+            raise TypeError(f"arun() does not stream; use {op.name}(stream=True)")
+        return await self._turn(call)
+
+    async def _invoke(self, op: Op, kwargs: Mapping[str, Any]) -> Any:
+        call = prepare(op, kwargs, self._chains)
+        if call.stream:
+            self._pool.check_open()
+            return await AsyncFallgateStream[Any](self, call)._prime()
+        return (await self._turn(call)).value
+
+    async def _turn(self, call: Call) -> GateResult:
         self._pool.check_open()
+        ledger = Ledger()
 
-        async def attempt(a: Attempt) -> ChatCompletion:
-            async with self._pool.lease(a.target, a.credential) as client:
-                reply = await client.chat.completions.create(**req.call_kwargs(a, self.timeout))
-            return _check_completion(reply)
+        async def attempt(a: Attempt) -> Any:
+            ledger.begin(a)
+            try:
+                async with self._pool.lease(a.target, a.credential) as client:
+                    reply = await call.op.bind(self._configured(client))(
+                        **call.sdk_kwargs(a, self._timeout)
+                    )
+                    parsed = call.op.accept(reply)
+            except Exception as e:
+                _attempt_usage(ledger, e)
+                raise
+            ledger.note(usage_of(parsed))
+            return reply
 
-        return await adrive(
-            self.policy,
-            attempt,
-            rebuild=self._pool.rebuild,
-            classify=classify_openai,
-            health=self.health,
-            on_transition=self.on_transition,
-            clock=self.clock,
-        )
+        try:
+            result = await adrive(
+                call.policy,
+                attempt,
+                rebuild=self._pool.rebuild,
+                classify=classify_openai,
+                health=self.health,
+                on_transition=self.on_transition,
+                clock=self.clock,
+            )
+        except TurnFailed as e:
+            ledger.attach(e)
+            raise
+        return ledger.result(result)
 
     async def rebuild(self, target_name: str) -> None:
         await self._pool.rebuild(_target(self.policy, target_name))
 
     async def aclose(self) -> None:
+        """Close every client (shared with wrappers made by `with_options`)."""
         await self._pool.aclose()
 
     close = aclose
@@ -286,52 +389,3 @@ def _target(policy: Policy, name: str) -> Any:
             return t
     known = ", ".join(f"{t.name} ({t.model})" for t in policy.targets)
     raise KeyError(f"no target named {name!r} in this policy (known: {known})")
-
-
-# -- the openai-shaped namespaces ---------------------------------------------------------------
-
-
-class _Completions:
-    def __init__(self, gate: Fallgate) -> None:
-        self._gate = gate
-
-    @overload
-    def create(self, *, stream: Literal[True], **kwargs: Any) -> FallgateStream: ...
-    @overload
-    def create(self, *, stream: Literal[False] = ..., **kwargs: Any) -> ChatCompletion: ...
-    def create(self, **kwargs: Any) -> ChatCompletion | FallgateStream:
-        """Like the SDK's: returns a ChatCompletion, or for ``stream=True`` an iterator of
-        ChatCompletionChunk. Raises `fsm.TurnFailed` when no target could answer."""
-        req = _Request.parse(kwargs)
-        if req.stream:
-            self._gate._pool.check_open()
-            return FallgateStream(self._gate, req)
-        value: ChatCompletion = self._gate.run(**kwargs).value
-        return value
-
-
-class _Chat:
-    def __init__(self, gate: Fallgate) -> None:
-        self.completions = _Completions(gate)
-
-
-class _AsyncCompletions:
-    def __init__(self, gate: AsyncFallgate) -> None:
-        self._gate = gate
-
-    @overload
-    async def create(self, *, stream: Literal[True], **kwargs: Any) -> AsyncFallgateStream: ...
-    @overload
-    async def create(self, *, stream: Literal[False] = ..., **kwargs: Any) -> ChatCompletion: ...
-    async def create(self, **kwargs: Any) -> ChatCompletion | AsyncFallgateStream:
-        req = _Request.parse(kwargs)
-        if req.stream:
-            self._gate._pool.check_open()
-            return await AsyncFallgateStream(self._gate, req)._prime()
-        value: ChatCompletion = (await self._gate.arun(**kwargs)).value
-        return value
-
-
-class _AsyncChat:
-    def __init__(self, gate: AsyncFallgate) -> None:
-        self.completions = _AsyncCompletions(gate)

@@ -1,133 +1,59 @@
 """Streaming turns: the sans-IO `fsm.Turn` driven from inside a (async) generator.
 
-Before the first chunk with content reaches the caller, a failing stream is an
-ordinary outcome: retried, rotated or fallen back like any other. Leading
-chunks without content (the role-only opener) are held back until content
-arrives, so a stream that dies before saying anything costs the caller
-nothing. Once a chunk has been handed over the turn is *committed*: a later
-error becomes `stream_interrupted` carrying the text already delivered, and
-the caller gets `fsm.TurnFailed` with `.partial` — never a replay, never
-duplicate text. (With ``continue_streams`` the policy may ask for another
-attempt; it is sent with the delivered text as an assistant prefix.)
+One stream class per I/O style serves every API that streams (chat
+completions, the Responses API); `providers.deliveries` says, per API, which
+events carry output and how a stream ends. Before the first event with output
+reaches the caller, a failing stream is an ordinary outcome: retried, rotated
+or fallen back like any other. Leading events without output (a chat role-only
+opener, ``response.created``...) are held back until output arrives, so a
+stream that dies before saying anything costs the caller nothing. Once an
+event has been handed over the turn is *committed*: a later error becomes
+`stream_interrupted` carrying the text already delivered, and the caller gets
+`fsm.TurnFailed` with `.partial` — never a replay, never duplicate text. (With
+``continue_streams`` the policy may ask for another attempt; it is sent with
+the delivered text as an assistant prefix.)
+
+Each stream keeps its turn's token usage (`attempts_usage`, `usage`): what
+each attempt's provider reported, a broken attempt's too when it sent any.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from openai.types.chat import ChatCompletionChunk
-
-from fsm import Action, Attempt, Finish, Outcome, Turn, TurnResult
+from fsm import Action, Attempt, Finish, Outcome, Turn, TurnFailed
 from fsm.drivers import _Step
 from fsm.host import ahost_loop, host_loop
 from fsm.trace import TraceEvent
 
-from .classify import MalformedReply, StreamInterrupted, classify_openai
+from .calls import Call
+from .classify import classify_openai
+from .deliveries import delivery_for
+from .usage import AttemptUsage, GateResult, Ledger, Usage
 
 if TYPE_CHECKING:
-    from .openai_adapter import AsyncFallgate, Fallgate, _Request
+    from .openai_adapter import AsyncFallgate, Fallgate
+
+E = TypeVar("E")  # what the stream yields: ChatCompletionChunk, a Responses event
 
 __all__ = ["AsyncFallgateStream", "FallgateStream"]
 
 
-def _has_payload(chunk: Any) -> bool:
-    """Does this chunk carry anything the caller cares about (text, tools, an ending)?"""
-    if getattr(chunk, "usage", None) is not None:
-        return True
-    for choice in getattr(chunk, "choices", None) or ():
-        if getattr(choice, "finish_reason", None):
-            return True
-        delta = getattr(choice, "delta", None)
-        if delta is None:
-            continue
-        for name in ("content", "refusal", "tool_calls", "function_call"):
-            if getattr(delta, name, None):
-                return True
-    return False
-
-
-def _text_of(chunk: Any) -> str:
-    parts = []
-    for choice in getattr(chunk, "choices", None) or ():
-        delta = getattr(choice, "delta", None)
-        content = getattr(delta, "content", None) if delta is not None else None
-        if isinstance(content, str):
-            parts.append(content)
-    return "".join(parts)
-
-
-class _Delivery:
-    """What has reached the caller so far, and what is being held back."""
-
-    __slots__ = ("count", "finished", "held", "pieces")
-
-    def __init__(self) -> None:
-        self.held: list[Any] = []
-        self.pieces: list[str] = []
-        self.count = 0
-        self.finished = False
-
-    @property
-    def committed(self) -> bool:
-        return self.count > 0
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
-
-    def begin(self) -> None:
-        """A new attempt starts: whatever an earlier one held back is dropped."""
-        self.held = []
-        self.finished = False
-
-    def take(self, chunk: Any) -> list[Any]:
-        """The chunks to hand over now (possibly none, possibly the held ones too)."""
-        if not isinstance(chunk, ChatCompletionChunk) or not isinstance(
-            getattr(chunk, "choices", None), list
-        ):
-            raise MalformedReply(
-                f"stream event is not a chat completion chunk ({type(chunk).__name__})"
-            )
-        if any(getattr(c, "finish_reason", None) for c in chunk.choices):
-            self.finished = True
-        if not self.committed and not _has_payload(chunk):
-            self.held.append(chunk)
-            return []
-        out = [*self.held, chunk]
-        self.held = []
-        return out
-
-    def handed(self, chunk: Any) -> None:
-        self.count += 1
-        self.pieces.append(_text_of(chunk))
-
-    def end(self) -> None:
-        """The SDK's iterator ended without an error: was the stream complete?"""
-        if not self.committed:
-            self.held = []
-            raise MalformedReply("the stream ended before any content")
-        if not self.finished:
-            raise StreamInterrupted(self.text, self.count)
-
-    def failure(self, e: BaseException) -> BaseException:
-        if self.committed and not isinstance(e, StreamInterrupted):
-            return StreamInterrupted(self.text, self.count, e)
-        return e
-
-
-class _StreamBase:
+class _StreamBase(Generic[E]):
     """State shared by the sync and async stream wrappers."""
 
-    result: TurnResult | None
+    #: The finished turn (value: the text delivered), once the stream has ended well.
+    result: GateResult | None
 
-    def __init__(self, gate: Fallgate | AsyncFallgate, request: _Request) -> None:
+    def __init__(self, gate: Fallgate | AsyncFallgate, call: Call) -> None:
         self._gate = gate
-        self._request = request
-        self._delivery = _Delivery()
+        self._call = call
+        self._delivery = delivery_for(call.op.streams)
+        self._ledger = Ledger()
         self._step = _Step(
-            gate.policy, classify_openai, gate.health, gate.on_transition, gate.clock, None, Turn
+            call.policy, classify_openai, gate.health, gate.on_transition, gate.clock, None, Turn
         )
         self.result = None
 
@@ -145,14 +71,28 @@ class _StreamBase:
     def state(self) -> str:
         return self._step.turn.state
 
-    def _kwargs(self, a: Attempt) -> dict[str, Any]:
+    @property
+    def attempts_usage(self) -> tuple[AttemptUsage, ...]:
+        """One `AttemptUsage` per attempt so far: target, model, usage (or None when
+        that attempt reported none, e.g. a stream cut before its usage was sent)."""
+        return tuple(self._ledger.attempts)
+
+    @property
+    def usage(self) -> Usage | None:
+        """The turn's total over the attempts that reported usage (None when none did)."""
+        return self._ledger.usage
+
+    def _begin(self, a: Attempt) -> dict[str, Any]:
+        """A new attempt: reset what the last one held back; its SDK arguments."""
         d = self._delivery
-        return self._request.call_kwargs(
-            a, self._gate.timeout, stream=True, prefix=d.text if d.committed else None
-        )
+        prefix = d.text if d.committed else None
+        d.begin()
+        self._ledger.begin(a)
+        return self._call.sdk_kwargs(a, self._gate._timeout, prefix=prefix)
 
     def _outcome(self, error: BaseException | None) -> Outcome:
         """What the attempt that just ended came to."""
+        self._ledger.note(self._delivery.usage)
         if error is None:
             return Outcome.success(self._delivery.text)
         return self._step.outcome_of(self._delivery.failure(error))
@@ -160,44 +100,49 @@ class _StreamBase:
     def _end(self, action: Action) -> None:
         """Keep a finished turn's result; a failed one raises its `TurnFailed`."""
         if type(action) is Finish:
-            self.result = self._step.result(action)
-        else:
+            self.result = self._ledger.result(self._step.result(action))
+            return
+        try:
             self._step.end(action)
+        except TurnFailed as e:
+            self._ledger.attach(e)
+            raise
 
 
-class FallgateStream(_StreamBase):
-    """What `Fallgate.chat.completions.create(stream=True)` returns: an iterator of
-    the SDK's `ChatCompletionChunk`, and a context manager that ends the turn.
+class FallgateStream(_StreamBase[E]):
+    """What ``create(stream=True)`` returns on a `Fallgate`: an iterator of the SDK's
+    events (`ChatCompletionChunk`; for ``responses.create`` the Responses stream
+    events), and a context manager that ends the turn.
 
-    Creating it runs the turn up to the first chunk, so failures before any
-    output raise `fsm.TurnFailed` from `create()` itself, as the SDK does.
+    Creating it runs the turn up to the first event with output, so failures
+    before any output raise `fsm.TurnFailed` from `create()` itself, as the SDK
+    does.
     """
 
-    def __init__(self, gate: Fallgate, request: _Request) -> None:
-        super().__init__(gate, request)
+    def __init__(self, gate: Fallgate, call: Call) -> None:
+        super().__init__(gate, call)
         self._sync_gate = gate
         self._gen = self._run()
-        self._first: ChatCompletionChunk | None = None
+        self._first: list[E] = []
         try:
-            self._first = next(self._gen)
-        except StopIteration:  # pragma: no cover - a finished turn has delivered a chunk
+            self._first.append(next(self._gen))
+        except StopIteration:  # pragma: no cover - a finished turn has delivered an event
             pass
 
-    def __iter__(self) -> Iterator[ChatCompletionChunk]:
+    def __iter__(self) -> Iterator[E]:
         return self
 
-    def __next__(self) -> ChatCompletionChunk:
-        if self._first is not None:
-            chunk, self._first = self._first, None
-            return chunk
+    def __next__(self) -> E:
+        if self._first:
+            return self._first.pop()
         return next(self._gen)
 
     def close(self) -> None:
         """Stop early: the turn ends `aborted` and the connection is released."""
-        self._first = None
+        self._first.clear()
         self._gen.close()
 
-    def __enter__(self) -> FallgateStream:
+    def __enter__(self) -> FallgateStream[E]:
         return self
 
     def __exit__(
@@ -205,9 +150,9 @@ class FallgateStream(_StreamBase):
     ) -> None:
         self.close()
 
-    def _run(self) -> Generator[ChatCompletionChunk, None, None]:
+    def _run(self) -> Generator[E, None, None]:
         """The turn on the host loop; this generator makes the attempts, handing
-        each chunk to the caller as it arrives. Closing it closes the loop, which
+        each event to the caller as it arrives. Closing it closes the loop, which
         ends the turn `aborted`."""
         gate, d = self._sync_gate, self._delivery
         steps = host_loop(self._step.turn, clock=self._step.clock, rebuild=gate._pool.rebuild)
@@ -215,13 +160,13 @@ class FallgateStream(_StreamBase):
             action = next(steps)
             while type(action) is Attempt:
                 error: BaseException | None = None
+                kwargs = self._begin(action)
                 try:
                     with gate._pool.lease(action.target, action.credential) as client:
-                        sdk = client.chat.completions.create(**self._kwargs(action))
+                        sdk = self._call.op.bind(gate._configured(client))(**kwargs)
                         with sdk:
-                            d.begin()
-                            for chunk in sdk:
-                                for out in d.take(chunk):
+                            for event in sdk:
+                                for out in d.take(event):
                                     d.handed(out)
                                     yield out
                             d.end()
@@ -233,43 +178,43 @@ class FallgateStream(_StreamBase):
         self._end(action)
 
 
-class AsyncFallgateStream(_StreamBase):
-    """The async twin: an async iterator of `ChatCompletionChunk` and an async
-    context manager. Get it with ``await aclient.chat.completions.create(stream=True)``."""
+class AsyncFallgateStream(_StreamBase[E]):
+    """The async twin: an async iterator of the SDK's events and an async context
+    manager. Get it with ``await aclient.chat.completions.create(stream=True)`` (or
+    ``responses.create``)."""
 
-    def __init__(self, gate: AsyncFallgate, request: _Request) -> None:
-        super().__init__(gate, request)
+    def __init__(self, gate: AsyncFallgate, call: Call) -> None:
+        super().__init__(gate, call)
         self._async_gate = gate
         self._agen = self._run()
-        self._first: ChatCompletionChunk | None = None
+        self._first: list[E] = []
         self._exhausted = False
 
-    async def _prime(self) -> AsyncFallgateStream:
+    async def _prime(self) -> AsyncFallgateStream[E]:
         try:
-            self._first = await self._agen.__anext__()
+            self._first.append(await self._agen.__anext__())
         except StopAsyncIteration:  # pragma: no cover - see FallgateStream
             self._exhausted = True
         return self
 
-    def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
+    def __aiter__(self) -> AsyncIterator[E]:
         return self
 
-    async def __anext__(self) -> ChatCompletionChunk:
-        if self._first is not None:
-            chunk, self._first = self._first, None
-            return chunk
+    async def __anext__(self) -> E:
+        if self._first:
+            return self._first.pop()
         if self._exhausted:
             raise StopAsyncIteration
         return await self._agen.__anext__()
 
     async def aclose(self) -> None:
         """Stop early: the turn ends `aborted` and the connection is released."""
-        self._first = None
+        self._first.clear()
         await self._agen.aclose()
 
     close = aclose
 
-    async def __aenter__(self) -> AsyncFallgateStream:
+    async def __aenter__(self) -> AsyncFallgateStream[E]:
         return self
 
     async def __aexit__(
@@ -277,7 +222,7 @@ class AsyncFallgateStream(_StreamBase):
     ) -> None:
         await self.aclose()
 
-    async def _run(self) -> AsyncGenerator[ChatCompletionChunk, None]:
+    async def _run(self) -> AsyncGenerator[E, None]:
         """The turn on the asyncio host loop (see `FallgateStream._run`)."""
         gate, d = self._async_gate, self._delivery
         steps = ahost_loop(self._step.turn, clock=self._step.clock, rebuild=gate._pool.rebuild)
@@ -285,13 +230,13 @@ class AsyncFallgateStream(_StreamBase):
             action = await anext(steps)
             while type(action) is Attempt:
                 error: BaseException | None = None
+                kwargs = self._begin(action)
                 try:
                     async with gate._pool.lease(action.target, action.credential) as client:
-                        sdk = await client.chat.completions.create(**self._kwargs(action))
+                        sdk = await self._call.op.bind(gate._configured(client))(**kwargs)
                         async with sdk:
-                            d.begin()
-                            async for chunk in sdk:
-                                for out in d.take(chunk):
+                            async for event in sdk:
+                                for out in d.take(event):
                                     d.handed(out)
                                     yield out
                             d.end()

@@ -14,8 +14,8 @@ API:
 - `DefaultClient`, `DefaultAsyncClient`: the SDK's factories for an HTTP client with
   its own defaults (`openai.DefaultHttpx2Client` on 3.x, `openai.DefaultHttpxClient`
   on 2.x, and their async twins).
-- `HTTPTransport`, `AsyncHTTPTransport`, `Limits`: the library's classes; `LIMITS` and
-  `SOCKET_OPTIONS` the pool limits and socket options we use.
+- `HTTPTransport`, `AsyncHTTPTransport`, `Limits`, `Timeout`: the library's classes;
+  `LIMITS` and `SOCKET_OPTIONS` the pool limits and socket options we use.
 - `shared_ssl_context()`: one verifying SSL context for every client we build.
 - `transport_options()`: keyword arguments for `HTTPTransport`/`AsyncHTTPTransport`
   (the shared SSL context, the pool limits, TCP_NODELAY where the library takes
@@ -50,6 +50,7 @@ __all__ = [
     "DefaultClient",
     "HTTPTransport",
     "Limits",
+    "Timeout",
     "async_http_client",
     "http",
     "shared_ssl_context",
@@ -87,6 +88,7 @@ DefaultAsyncClient: Callable[..., Any] = getattr(openai, _FACTORIES[NAME][1])
 HTTPTransport: Callable[..., Any] = http.HTTPTransport
 AsyncHTTPTransport: Callable[..., Any] = http.AsyncHTTPTransport
 Limits: Callable[..., Any] = http.Limits
+Timeout: Callable[..., Any] = http.Timeout  # what the SDK's per-request ``timeout=`` takes
 
 
 # -- TLS -----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -277,6 +278,25 @@ def test_requests_record_their_headers_and_never_show_the_key(srv: FaultServer) 
     shown += [json.dumps(dict(r.headers)) for r in srv.requests]
     for text in shown:
         assert KEY not in text and "xk-secret" not in text
+
+
+@pytest.mark.parametrize("kind", ["answer", "stream", "tool_calls"])
+def test_a_replying_step_sends_its_headers_plain_and_streamed(srv: FaultServer, kind: str) -> None:
+    step: dict[str, Any] = {"kind": kind, "headers": {"x-request-id": "req-7", "x-n": 3}}
+    if kind == "tool_calls":
+        step["tool_calls"] = [WEATHER]
+    srv.script({"models": {"m": [step, step, step]}})
+    with client(srv) as c:
+        got = []
+        if kind != "stream":
+            got.append(c.chat.completions.with_raw_response.create(model="m", messages=[]))
+        raw = c.responses.with_raw_response.create(model="m", input="hi", stream=True)
+        assert raw.headers["content-type"].startswith("text/event-stream")
+        with raw.parse() as events:
+            assert [e.type for e in events][-1] == "response.completed"
+        got.append(raw)
+    for raw in got:
+        assert (raw.headers["x-request-id"], raw.headers["x-n"]) == ("req-7", "3")
 
 
 def test_a_repeated_header_keeps_every_value(srv: FaultServer) -> None:

@@ -37,7 +37,7 @@ def test_create_returns_the_sdks_chat_completion_from_the_target_model(
     fault_server.script({"models": {"glm-5.1": [{"kind": "answer", "text": "hello there"}]}})
     with Fallgate(chain("glm-5.1", "glm-4.7", server=fault_server)) as gate:
         reply = gate.chat.completions.create(
-            model="ignored-by-fallgate", messages=MSG, temperature=0.25, max_tokens=7
+            model="glm-5.1", messages=MSG, temperature=0.25, max_tokens=7
         )
     assert isinstance(reply, ChatCompletion)
     assert reply.choices[0].message.content == "hello there"

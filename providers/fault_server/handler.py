@@ -31,6 +31,10 @@ ROUTES = {
 }
 
 
+#: Headers a step's ``headers`` cannot replace on a stream: the server frames it.
+_FRAMING = frozenset({"content-type", "content-length", "transfer-encoding", "connection"})
+
+
 class Closed(Exception):
     """The client went away or the server is stopping: stop writing."""
 
@@ -272,7 +276,7 @@ class Handler(BaseHTTPRequestHandler):
         elif step.kind == "stream" and not stream:
             self._error(400, f"fault script: {where}, but the request did not ask for stream=true")
         elif not stream:
-            self._json(200, self._body(step, api, model, request))
+            self._json(200, self._body(step, api, model, request), step.headers)
         else:
             calls = replies.identify(step.tool_calls)
             if step.kind == "stream":
@@ -291,12 +295,15 @@ class Handler(BaseHTTPRequestHandler):
                 said = replies.spoken("".join(pieces), calls)
                 self._stream_chat(step, model, request, deltas, said, then)
 
-    def _open_stream(self, then: str) -> None:
+    def _open_stream(self, then: str, headers: Sequence[tuple[str, str]] = ()) -> None:
         if then != "done":
             self.close_connection = True
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
+        for name, value in headers:
+            if name.lower() not in _FRAMING:
+                self.send_header(name, value)
         self.send_header("Transfer-Encoding", "chunked")
         if self.close_connection:
             self.send_header("Connection", "close")
@@ -331,7 +338,7 @@ class Handler(BaseHTTPRequestHandler):
         opts = request.get("stream_options")
         usage = isinstance(opts, Mapping) and opts.get("include_usage") is True
         ident, created = replies.new_id(), int(time.time())
-        self._open_stream(then)
+        self._open_stream(then, step.headers)
 
         def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
             return replies.chunk(ident, created, model, delta, finish, with_usage=usage)
@@ -360,7 +367,7 @@ class Handler(BaseHTTPRequestHandler):
         then: str,
     ) -> None:
         events = responses.ResponseEvents(model, request)
-        self._open_stream(then)
+        self._open_stream(then, step.headers)
         self._events(events.start())
         if pieces or not calls:
             self._events(events.open_message())

@@ -14,7 +14,8 @@ takes ``delay``, seconds before anything is sent):
 
 - ``answer``: ``text`` ("ok"), ``finish_reason`` ("stop"); for stream requests
   ``chunks`` (int N: the text cut in N pieces, or a list of strings; default:
-  one piece per word) and ``interval`` (seconds between chunks).
+  one piece per word) and ``interval`` (seconds between chunks). ``headers``
+  (also on ``stream`` and ``tool_calls`` steps): extra response headers.
 - ``status``: ``status`` (required), ``headers``, ``body`` (JSON object/array,
   or a string sent as-is with ``content_type``; default: an OpenAI error body).
 - ``timeout`` / ``hang``: hold the request unanswered for ``seconds`` (30),
@@ -178,7 +179,7 @@ def _chunks(raw: Any, path: tuple[str | int, ...], minimum: int) -> int | tuple[
 
 
 _FIELDS: dict[str, frozenset[str]] = {
-    "answer": frozenset({"text", "chunks", "interval", "finish_reason"}),
+    "answer": frozenset({"text", "chunks", "interval", "finish_reason", "headers"}),
     "status": frozenset({"status", "headers", "body", "content_type"}),
     "timeout": frozenset({"seconds"}),
     "hang": frozenset({"seconds"}),
@@ -186,8 +187,12 @@ _FIELDS: dict[str, frozenset[str]] = {
     "drop_mid_body": frozenset(),
     "invalid_json": frozenset({"body"}),
     "empty": frozenset(),
-    "stream": frozenset({"chunks", "then", "error", "error_shape", "interval", "seconds"}),
-    "tool_calls": frozenset({"tool_calls", "text", "finish_reason", "chunks", "interval"}),
+    "stream": frozenset(
+        {"chunks", "then", "error", "error_shape", "interval", "seconds", "headers"}
+    ),
+    "tool_calls": frozenset(
+        {"tool_calls", "text", "finish_reason", "chunks", "interval", "headers"}
+    ),
 }
 
 

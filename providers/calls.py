@@ -1,0 +1,186 @@
+"""One caller request through the engine: which SDK method (`Op`), with what (`Call`).
+
+An `Op` names one SDK method the wrappers cover (``chat.completions.create``,
+``chat.completions.parse``, ``responses.create``, ``embeddings.create``, and
+each one's ``with_raw_response`` twin), what a 2xx reply must be for the turn
+to accept it, and how its streams commit (if it streams). `prepare` turns a
+caller's keyword arguments into a `Call`: ``model`` picks where the chain
+starts (`providers.chain`), ``stream`` and ``timeout`` are taken out (the
+engine sends its own), everything else goes to the SDK as given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+from openai.types import CreateEmbeddingResponse
+from openai.types.chat import ChatCompletion
+from openai.types.responses import Response
+
+from fsm import Attempt, Policy
+
+from .chain import Chains
+from .classify import FailedReply, MalformedReply, content_filter_error
+from .timeouts import Bound, combine, given
+
+__all__ = [
+    "CHAT_CREATE",
+    "CHAT_PARSE",
+    "EMBEDDINGS_CREATE",
+    "RESPONSES_CREATE",
+    "Call",
+    "Op",
+    "prepare",
+]
+
+
+def _malformed(what: str, reply: Any) -> MalformedReply:
+    shown = " ".join(str(reply)[:80].split()) if isinstance(reply, str) else ""
+    text = f"expected {what}, got {type(reply).__name__}"
+    return MalformedReply(f"{text} {shown!r}" if shown else text)
+
+
+def check_completion(reply: Any) -> None:
+    """A chat completion with choices; a content-filtered one is raised as the SDK's
+    `ContentFilterFinishReasonError` (classified `content_filtered`)."""
+    if not isinstance(reply, ChatCompletion):
+        raise _malformed("a chat completion", reply)
+    choices = getattr(reply, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise MalformedReply("a chat completion without choices")
+    if all(getattr(c, "finish_reason", None) == "content_filter" for c in choices):
+        raise content_filter_error(reply)
+
+
+def check_response(reply: Any) -> None:
+    """A Responses API ``response``; one whose status is ``failed`` is a `FailedReply`."""
+    if not isinstance(reply, Response):
+        raise _malformed("a response", reply)
+    if reply.status == "failed":
+        raise FailedReply(reply.error)
+
+
+def check_embeddings(reply: Any) -> None:
+    """A list of embeddings, not empty."""
+    if not isinstance(reply, CreateEmbeddingResponse):
+        raise _malformed("a list of embeddings", reply)
+    if not isinstance(reply.data, list) or not reply.data:
+        raise MalformedReply("an embeddings reply without data")
+
+
+@attrs.frozen(slots=True)
+class Op:
+    """One SDK method: ``client.<resource...>[.with_raw_response].<method>``."""
+
+    name: str
+    resource: tuple[str, ...]
+    method: str
+    check: Callable[[Any], None] = attrs.field(repr=False)
+    required: str | None = None  # the argument without which the SDK call is meaningless
+    streams: str | None = None  # how its streams commit ("chat", "responses"); None: no stream
+    raw: bool = False
+
+    def with_raw_response(self) -> Op:
+        parts = self.name.rsplit(".", 1)
+        return attrs.evolve(self, name=f"{parts[0]}.with_raw_response.{parts[1]}", raw=True)
+
+    def bind(self, client: Any) -> Callable[..., Any]:
+        """The SDK method on `client`."""
+        obj = client
+        for part in self.resource:
+            obj = getattr(obj, part)
+        if self.raw:
+            obj = obj.with_raw_response
+        method: Callable[..., Any] = getattr(obj, self.method)
+        return method
+
+    def accept(self, reply: Any) -> Any:
+        """The SDK object inside `reply` (a raw response is parsed), once checked;
+        raises what the turn classifies when the reply is not usable."""
+        parsed = reply.parse() if self.raw else reply
+        self.check(parsed)
+        return parsed
+
+
+CHAT_CREATE = Op(
+    "chat.completions.create",
+    ("chat", "completions"),
+    "create",
+    check_completion,
+    "messages",
+    "chat",
+)
+CHAT_PARSE = Op(
+    "chat.completions.parse", ("chat", "completions"), "parse", check_completion, "messages"
+)
+RESPONSES_CREATE = Op(
+    "responses.create", ("responses",), "create", check_response, streams="responses"
+)
+EMBEDDINGS_CREATE = Op("embeddings.create", ("embeddings",), "create", check_embeddings, "input")
+
+
+@attrs.frozen(slots=True)
+class Call:
+    """A caller's request, minus what the engine decides per attempt (model, timeout)."""
+
+    op: Op
+    kwargs: Mapping[str, Any]
+    policy: Policy  # the chain this call's turn runs on
+    stream: bool = False
+    timeout: Bound | None = None
+
+    def sdk_kwargs(
+        self, a: Attempt, gate_timeout: Bound | None, *, prefix: str | None = None
+    ) -> dict[str, Any]:
+        """The SDK call's arguments for attempt `a`: its model, and the timeout that
+        the engine's limit and the caller's bounds leave (`providers.timeouts`)."""
+        kw = dict(self.kwargs, model=a.target.model)
+        kw["timeout"] = combine(a.timeout, gate_timeout, self.timeout)
+        if self.stream:
+            kw["stream"] = True
+        if prefix:
+            _continue(kw, prefix)
+        return kw
+
+
+def _continue(kw: dict[str, Any], prefix: str) -> None:
+    """Ask for the rest of a broken stream: the delivered text as an assistant turn."""
+    said = {"role": "assistant", "content": prefix}
+    if "messages" in kw:
+        kw["messages"] = [*kw["messages"], said]
+    else:
+        given_input = kw.get("input")
+        if isinstance(given_input, str):
+            given_input = [{"role": "user", "content": given_input}]
+        kw["input"] = [*(given_input or []), said]
+
+
+def _listed(name: str, value: Any) -> list[Any]:
+    """A list the SDK can send again on every attempt (a generator could not)."""
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be a list of message dicts, got {type(value).__name__}")
+    return list(value)
+
+
+def prepare(op: Op, kwargs: Mapping[str, Any], chains: Chains) -> Call:
+    """Check a caller's arguments before anything is sent, and pick the chain."""
+    kw = dict(kwargs)
+    if op.required is not None and op.required not in kw:
+        raise TypeError(f"{op.method}() missing required keyword argument: {op.required!r}")
+    if "messages" in kw:
+        kw["messages"] = _listed("messages", kw["messages"])
+    elif op.streams == "responses" and isinstance(kw.get("input"), list | tuple):
+        kw["input"] = list(kw["input"])
+    stream = kw.pop("stream", False)
+    if stream is None or not given(stream):
+        stream = False
+    if not isinstance(stream, bool):
+        raise TypeError(f"stream must be True or False, got {stream!r}")
+    if stream and (op.streams is None or op.raw):
+        hint = " (use create(stream=True))" if op.raw and op.streams else ""
+        raise TypeError(f"{op.name}() does not stream through fallgate{hint}")
+    timeout = Bound.parse(kw.pop("timeout", None))
+    policy = chains.starting_at(kw.pop("model", None))
+    return Call(op, kw, policy, stream, timeout)

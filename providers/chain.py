@@ -1,0 +1,92 @@
+"""The chain as the SDK surface sees it: a per-call ``model=``, and ``models.list()``.
+
+``model=`` on a call names where the turn's chain starts: an entry's model
+(``"glm-4.7"``), its ``provider/model`` (``"zai/glm-4.7"``) or its target name
+(``"fallback_1"``). The turn then tries that entry and the ones after it, in
+order, with the same policy and health store; the entries before it are not
+tried. Leaving ``model`` out (or naming the primary) uses the whole chain. Any
+other value raises `ValueError` listing the chain: a model is never silently
+ignored, and a request never goes to a model the policy does not declare.
+
+``models.list()`` answers from the chain itself (no network I/O): the chain is
+the set of models a call through the gate can reach.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import attrs
+from openai.types import Model
+
+from fsm import Policy, Target
+
+from .timeouts import given
+
+__all__ = ["Chains", "describe", "model_objects"]
+
+
+def _names(t: Target) -> tuple[str, str, str]:
+    return (t.name, t.model, f"{t.provider}/{t.model}")
+
+
+def describe(policy: Policy) -> str:
+    """``primary 'glm-5.1' (zai/glm-5.1), fallback_1 'glm-4.7' (zai/glm-4.7)``."""
+    return ", ".join(f"{t.name} {t.model!r} ({t.provider}/{t.model})" for t in policy.targets)
+
+
+def model_objects(policy: Policy) -> list[Model]:
+    """The chain's models as the SDK's `Model` objects, in chain order."""
+    return [
+        Model(id=t.model, object="model", created=0, owned_by=t.provider) for t in policy.targets
+    ]
+
+
+def _from(policy: Policy, start: int) -> Policy:
+    """`policy` with the chain starting at entry `start`; the entries keep their names
+    (``fallback_1`` stays ``fallback_1`` in traces, reasons and client pools)."""
+    sub = attrs.evolve(policy, targets=policy.targets[start:])
+    for mine, theirs in zip(sub.targets, policy.targets[start:], strict=True):
+        # Policy re-indexes its targets (index 0 is named "primary"); the state names,
+        # trace and pool keys must be the full chain's. Each is a fresh Target of `sub`.
+        object.__setattr__(mine, "name", theirs.name)
+    return sub
+
+
+class Chains:
+    """The policy, and the chains that start further down it (built once each)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._from: dict[int, Policy] = {0: policy}
+        self._lock = threading.Lock()
+
+    def index(self, model: Any) -> int:
+        """Where ``model=`` starts the chain (0 when not given)."""
+        if model is None or not given(model):
+            return 0
+        if isinstance(model, str):
+            for t in self.policy.targets:
+                if model in _names(t):
+                    return t.index
+        raise ValueError(
+            f"model={model!r} is not in this gate's chain; name one of its entries "
+            f"(model, provider/model or target name) to start the chain there, or leave "
+            f"model out to use the whole chain: {describe(self.policy)}"
+        )
+
+    def starting_at(self, model: Any) -> Policy:
+        """The policy whose chain starts where ``model=`` says."""
+        i = self.index(model)
+        found = self._from.get(i)
+        if found is None:
+            with self._lock:
+                found = self._from.get(i)
+                if found is None:
+                    found = self._from[i] = _from(self.policy, i)
+        return found
+
+    def model(self, name: Any) -> Model:
+        """One entry's `Model` (``models.retrieve``), without network I/O."""
+        return model_objects(self.policy)[self.index(name)]

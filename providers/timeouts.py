@@ -1,0 +1,72 @@
+"""Timeouts as the SDK takes them, combined with the engine's limit per attempt.
+
+A caller may bound an attempt with what the `openai` SDK accepts for
+``timeout=``: a number of seconds, an ``openai.Timeout`` / ``httpx.Timeout``
+/ ``httpx2.Timeout`` (per phase: connect, read, write, pool), or None (no
+bound of the caller's own). The engine's limit for the attempt (the policy's
+``attempt_timeout``, or what is left of the turn's deadline if that is less)
+always applies: each phase gets the smallest of the engine's limit and every
+bound given for it (``Fallgate(timeout=...)``, ``with_options(timeout=...)``,
+``create(timeout=...)``). The result goes to the SDK per request, as a
+number when every phase agrees, else as the installed HTTP library's
+``Timeout`` (`providers.transport.Timeout`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+import openai
+
+from . import transport
+
+__all__ = ["Bound", "combine", "given"]
+
+_PHASES = ("connect", "read", "write", "pool")
+
+
+def given(value: Any) -> bool:
+    """Did the caller pass a value (not ``openai.NOT_GIVEN`` / ``openai.omit``)?"""
+    return not isinstance(value, openai.NotGiven | openai.Omit)
+
+
+def _seconds(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v) and v > 0
+
+
+@attrs.frozen(slots=True)
+class Bound:
+    """A caller's timeout: seconds per phase (connect, read, write, pool); None: unbounded."""
+
+    phases: tuple[float | None, float | None, float | None, float | None]
+
+    @classmethod
+    def parse(cls, value: Any, *, error: type[Exception] = TypeError) -> Bound | None:
+        """A number, an SDK/httpx/httpx2 ``Timeout``, or None (NOT_GIVEN: None too)."""
+        if value is None or not given(value):
+            return None
+        if _seconds(value):
+            s = float(value)
+            return cls((s, s, s, s))
+        if all(hasattr(value, p) for p in _PHASES):
+            phases = [getattr(value, p) for p in _PHASES]
+            if all(v is None or _seconds(v) for v in phases):
+                a, b, c, d = (None if v is None else float(v) for v in phases)
+                return cls((a, b, c, d))
+        raise error(
+            "timeout must be a positive number of seconds, an openai.Timeout "
+            f"(httpx.Timeout / httpx2.Timeout) or None, got {value!r}"
+        )
+
+
+def combine(engine: float, *bounds: Bound | None) -> Any:
+    """The attempt's timeout for the SDK: each phase the least of `engine` and the bounds."""
+    phases = [engine] * 4
+    for b in bounds:
+        if b is not None:
+            phases = [p if v is None else min(p, v) for p, v in zip(phases, b.phases, strict=True)]
+    if len(set(phases)) == 1:
+        return phases[0]
+    return transport.Timeout(**dict(zip(_PHASES, phases, strict=True)))
