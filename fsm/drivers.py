@@ -85,6 +85,7 @@ class _Step:
         clock: Clock | None,
         random: Callable[[], float] | None,
         engine: type[_TurnBase],
+        first: int = 0,
     ) -> None:
         self.policy = policy
         self.classify = classify
@@ -103,6 +104,7 @@ class _Step:
             clock=now,
             random=random,
             on_transition=_hook(on_transition),
+            first=first,
         )
         self._secrets: list[str] | None = None
 
@@ -151,6 +153,7 @@ def run(
     clock: Clock | None = None,
     random: Callable[[], float] | None = None,
     engine: type[_TurnBase] = Turn,
+    first: int = 0,
 ) -> TurnResult:
     """Run one turn synchronously; returns a `TurnResult` or raises `TurnFailed`.
 
@@ -160,7 +163,8 @@ def run(
     `health` defaults to the process-wide `fsm.health.DEFAULT`, shared by
     every turn given no store. Waits sleep on `clock` (default: the system
     clock, or the virtual one inside `instant_waits()`); pass a
-    `fsm.VirtualClock` to run on virtual time.
+    `fsm.VirtualClock` to run on virtual time. `first` starts the chain at that
+    entry (earlier entries are not used in this turn).
     """
     return drive(
         policy,
@@ -172,6 +176,7 @@ def run(
         clock=clock,
         random=random,
         engine=engine,
+        first=first,
     )
 
 
@@ -186,9 +191,10 @@ def drive(
     clock: Clock | None = None,
     random: Callable[[], float] | None = None,
     engine: type[_TurnBase] = Turn,
+    first: int = 0,
 ) -> TurnResult:
     """Like `run`, but `attempt` receives the whole `Attempt` (timeout, number)."""
-    st = _Step(policy, classify, health, on_transition, clock, random, engine)
+    st = _Step(policy, classify, health, on_transition, clock, random, engine, first)
 
     def outcome(a: Attempt) -> Outcome:
         try:
@@ -211,6 +217,7 @@ async def arun(
     clock: Clock | None = None,
     random: Callable[[], float] | None = None,
     engine: type[_TurnBase] = Turn,
+    first: int = 0,
 ) -> TurnResult:
     """The asyncio driver: same semantics as `run` (waits ``await clock.asleep``);
     cancellation ends the turn `aborted`."""
@@ -224,6 +231,7 @@ async def arun(
         clock=clock,
         random=random,
         engine=engine,
+        first=first,
     )
 
 
@@ -238,9 +246,10 @@ async def adrive(
     clock: Clock | None = None,
     random: Callable[[], float] | None = None,
     engine: type[_TurnBase] = Turn,
+    first: int = 0,
 ) -> TurnResult:
     """Like `arun`, but `attempt` receives the whole `Attempt`."""
-    st = _Step(policy, classify, health, on_transition, clock, random, engine)
+    st = _Step(policy, classify, health, on_transition, clock, random, engine, first)
 
     async def outcome(a: Attempt) -> Outcome:
         try:

@@ -238,15 +238,16 @@ def _next_is(s: TurnState, arg: int) -> bool:
 
 def _first_free(s: TurnState) -> int:
     """The first target not cooling at turn start (cached per event)."""
-    if s._first == -2:
+    if s._ready_first == -2:
         if s.health.quiet():
-            s._first = 0
+            s._ready_first = s.first
         else:
             now = s.at
-            s._first = next(
-                (j for j in range(len(s.policy.targets)) if s.target_ready_at(j) <= now), -1
+            s._ready_first = next(
+                (j for j in range(s.first, len(s.policy.targets)) if s.target_ready_at(j) <= now),
+                -1,
             )
-    return s._first
+    return s._ready_first
 
 
 def _first_is(s: TurnState, arg: int) -> bool:
@@ -257,7 +258,7 @@ def _soonest_is(s: TurnState, arg: int) -> bool:
     if _first_free(s) >= 0:
         return False
     best, at = -1, float("inf")
-    for j in range(len(s.policy.targets)):
+    for j in range(s.first, len(s.policy.targets)):
         r = s.target_ready_at(j)
         if r < at:
             best, at = j, r
@@ -332,7 +333,7 @@ def leave(s: TurnState) -> None:
 
 def _enter(s: TurnState, j: int) -> Action:
     now = s.at
-    for k in range(j):
+    for k in range(s.first, j):
         s.reasons.setdefault(
             s.policy.targets[k].name,
             f"skipped at turn start: cooling for {s.target_ready_at(k) - now:.1f}s",
@@ -391,7 +392,7 @@ def _wait_rate_limit(s: TurnState, arg: int) -> Action:
 
 def _wait_for_target(s: TurnState, j: int) -> Action:
     now = s.at
-    for k in range(len(s.policy.targets)):
+    for k in range(s.first, len(s.policy.targets)):
         if k != j:
             s.reasons.setdefault(
                 s.policy.targets[k].name,

@@ -117,9 +117,9 @@ class TurnState:
 
     __slots__ = (
         "_events",
-        "_first",
         "_next",
         "_raw",
+        "_ready_first",
         "_skips",
         "action",
         "at",
@@ -127,6 +127,7 @@ class TurnState:
         "clock",
         "context_floor",
         "decl",
+        "first",
         "health",
         "hook",
         "outcome",
@@ -146,6 +147,7 @@ class TurnState:
     #: Fields in `key()` (elapsed time stands for `started`, see `key`).
     KEYED: Final = (
         "state",
+        "first",
         "visit",
         "tried",
         "context_floor",
@@ -165,7 +167,7 @@ class TurnState:
         "hook": "observes, never steers",
         "at": "the clock read of the current event, reset before any guard",
         "_next": "per-event cache, reset before any guard",
-        "_first": "per-event cache, reset before any guard",
+        "_ready_first": "per-event cache, reset before any guard",
         "_skips": "per-event cache of next_eligible, rebuilt with it",
         "reasons": "words for the failure report; no guard reads them",
         "seq": "trace numbering",
@@ -183,8 +185,10 @@ class TurnState:
         random: Callable[[], float],
         hook: Hook | None,
         decl: Declaration | None = None,
+        first: int = 0,
     ) -> None:
         self.policy = policy
+        self.first = first  # the chain entry this turn starts at (earlier ones are not used)
         self.decl: Declaration = decl if decl is not None else declare(policy)
         self.health = health
         self.clock = clock
@@ -207,7 +211,7 @@ class TurnState:
         self._events: list[TraceEvent] = []
         self.seq = 0
         self._next = UNSET
-        self._first = UNSET
+        self._ready_first = UNSET
         self.action: Action | None = None
 
     # -- identity ------------------------------------------------------------------------------
@@ -221,6 +225,7 @@ class TurnState:
         n.random = self.random
         n.hook = self.hook
         n.state = self.state
+        n.first = self.first
         n.visit = self.visit.copy() if self.visit is not NOWHERE else NOWHERE
         n.total_attempts = self.total_attempts
         n.tried = self.tried.copy()
@@ -237,7 +242,7 @@ class TurnState:
         n._events = []
         n.seq = self.seq
         n._next = self._next
-        n._first = self._first
+        n._ready_first = self._ready_first
         n.action = self.action
         return n
 
@@ -254,6 +259,7 @@ class TurnState:
         keep_outcome = o is not None and not pending
         return (
             self.state,
+            self.first,
             self.visit.key(now, horizon),
             tuple(self.tried),
             self.context_floor,
@@ -422,6 +428,9 @@ class TurnState:
                 continue
             if t.index in self.tried:
                 self.reasons[t.name] = "attempted"
+            elif t.index < self.first:
+                first = self.policy.targets[self.first].name
+                self.reasons[t.name] = f"not in this turn's chain (it starts at {first})"
             elif t.index < max(here, 0):
                 self.reasons[t.name] = "skipped at turn start: cooling"
             elif state == ABORTED:

@@ -52,7 +52,7 @@ class ProtocolError(RuntimeError):
 def observe(s: TurnState, trigger: str, outcome: Outcome | None) -> None:
     """Before any guard: read the clock once for the event and record what the
     outcome says (the observations its kind's traits call for)."""
-    s._next = s._first = UNSET
+    s._next = s._ready_first = UNSET
     s.at = s.clock()  # one event, one instant: guards and effects all read `at`
     if outcome is None:
         return
@@ -150,12 +150,17 @@ class _TurnBase:
         declaration: Declaration | None = None,
         guards: Mapping[Guard, Guard] | None = None,
         effects: Mapping[Effect, Effect] | None = None,
+        first: int = 0,
     ) -> None:
         """`health` defaults to the process-wide `fsm.health.DEFAULT` (shared by every
         turn given no store); `clock` (seconds, e.g. a `fsm.Clock`'s ``now``) to the
         `fsm.clock.default_clock()` in force when the turn is built. `declaration`, `guards`
         and `effects` replace the policy's own machine or some of its objects: the model
-        checker uses them to prove it catches broken machines."""
+        checker uses them to prove it catches broken machines. `first` starts the turn's
+        chain at that entry (the earlier ones are not used, e.g. a call naming a model)."""
+        n = len(policy.targets)
+        if not (isinstance(first, int) and 0 <= first < n):
+            raise ValueError(f"first must be a chain position 0..{n - 1}, got {first!r}")
         decl = declaration if declaration is not None else declare(policy)
         if guards or effects:
             decl = decl.replacing(guards, effects)
@@ -166,6 +171,7 @@ class _TurnBase:
             random or _random.random,
             on_transition,
             decl,
+            first,
         )
 
     def _fire(self, trigger: str, outcome: Outcome | None) -> Action:

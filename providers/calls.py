@@ -127,7 +127,8 @@ class Call:
 
     op: Op
     kwargs: Mapping[str, Any]
-    policy: Policy  # the chain this call's turn runs on
+    policy: Policy
+    first: int = 0  # the chain entry this call's turn starts at (``model=``)
     stream: bool = False
     timeout: Bound | None = None
 
@@ -182,5 +183,5 @@ def prepare(op: Op, kwargs: Mapping[str, Any], chains: Chains) -> Call:
         hint = " (use create(stream=True))" if op.raw and op.streams else ""
         raise TypeError(f"{op.name}() does not stream through fallgate{hint}")
     timeout = Bound.parse(kw.pop("timeout", None))
-    policy = chains.starting_at(kw.pop("model", None))
-    return Call(op, kw, policy, stream, timeout)
+    first = chains.index(kw.pop("model", None))
+    return Call(op, kw, chains.policy, first, stream, timeout)

@@ -14,10 +14,8 @@ the set of models a call through the gate can reach.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-import attrs
 from openai.types import Model
 
 from fsm import Policy, Target
@@ -43,24 +41,11 @@ def model_objects(policy: Policy) -> list[Model]:
     ]
 
 
-def _from(policy: Policy, start: int) -> Policy:
-    """`policy` with the chain starting at entry `start`; the entries keep their names
-    (``fallback_1`` stays ``fallback_1`` in traces, reasons and client pools)."""
-    sub = attrs.evolve(policy, targets=policy.targets[start:])
-    for mine, theirs in zip(sub.targets, policy.targets[start:], strict=True):
-        # Policy re-indexes its targets (index 0 is named "primary"); the state names,
-        # trace and pool keys must be the full chain's. Each is a fresh Target of `sub`.
-        object.__setattr__(mine, "name", theirs.name)
-    return sub
-
-
 class Chains:
-    """The policy, and the chains that start further down it (built once each)."""
+    """The policy's chain, and where a call's ``model=`` starts it (a turn's `first`)."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._from: dict[int, Policy] = {0: policy}
-        self._lock = threading.Lock()
 
     def index(self, model: Any) -> int:
         """Where ``model=`` starts the chain (0 when not given)."""
@@ -75,17 +60,6 @@ class Chains:
             f"(model, provider/model or target name) to start the chain there, or leave "
             f"model out to use the whole chain: {describe(self.policy)}"
         )
-
-    def starting_at(self, model: Any) -> Policy:
-        """The policy whose chain starts where ``model=`` says."""
-        i = self.index(model)
-        found = self._from.get(i)
-        if found is None:
-            with self._lock:
-                found = self._from.get(i)
-                if found is None:
-                    found = self._from[i] = _from(self.policy, i)
-        return found
 
     def model(self, name: Any) -> Model:
         """One entry's `Model` (``models.retrieve``), without network I/O."""

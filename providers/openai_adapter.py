@@ -252,6 +252,7 @@ class Fallgate(_Base):
                 health=self.health,
                 on_transition=self.on_transition,
                 clock=self.clock,
+                first=call.first,
             )
         except TurnFailed as e:
             ledger.attach(e)
@@ -359,6 +360,7 @@ class AsyncFallgate(_Base):
                 health=self.health,
                 on_transition=self.on_transition,
                 clock=self.clock,
+                first=call.first,
             )
         except TurnFailed as e:
             ledger.attach(e)

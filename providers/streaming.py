@@ -53,7 +53,14 @@ class _StreamBase(Generic[E]):
         self._delivery = delivery_for(call.op.streams)
         self._ledger = Ledger()
         self._step = _Step(
-            call.policy, classify_openai, gate.health, gate.on_transition, gate.clock, None, Turn
+            call.policy,
+            classify_openai,
+            gate.health,
+            gate.on_transition,
+            gate.clock,
+            None,
+            Turn,
+            call.first,
         )
         self.result = None
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fsm import HealthStore, Outcome, ProtocolError, Turn
+from fsm.actions import Attempt, Fail
+from fsm.outcomes import OutcomeKind
 from fsm.testing import FakeClock, play
 
 from helpers import chain
@@ -177,3 +179,17 @@ def test_an_opt_in_stream_continuation_resends_on_the_same_target_and_never_fall
     assert broken.targets == ["primary", "primary"]  # the fallback never replays the stream
     assert broken.state == "failed"
     assert broken.error is not None and broken.error.partial == "partial text"
+
+
+def test_a_turn_may_start_further_down_the_chain_and_says_why_earlier_entries_were_not_used():
+    policy = chain("m0", "m1", "m2")
+    turn = Turn(policy, health=HealthStore(), first=1)
+    a = turn.start()
+    assert isinstance(a, Attempt) and a.target.name == "fallback_1"
+    turn.feed(Outcome(OutcomeKind.NOT_FOUND))
+    action = turn.feed(Outcome(OutcomeKind.BAD_REQUEST))
+    assert isinstance(action, Fail)
+    assert action.error.reasons["primary"] == "not in this turn's chain (it starts at fallback_1)"
+    assert [e.target for e in turn.trace if e.target] == ["fallback_1", "fallback_2", "fallback_2"]
+    with pytest.raises(ValueError, match=r"first must be a chain position 0\.\.2, got 3"):
+        Turn(policy, first=3)
