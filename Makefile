@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint fuzz bench diagrams graphviz clean test-openai2 test-pythons
+.PHONY: demo test lint fuzz bench diagrams graphviz clean typecheck-tree test-openai2 test-pythons
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,14 @@ graphviz:
 	      || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends graphviz; }; \
 	    } >/dev/null 2>&1 || echo "make: could not install Graphviz (SVG diagrams skipped): apt-get install graphviz"; }
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check fsm providers tests
+# mypy sees the installed names (fallgate.fsm, fallgate.providers) through links.
+typecheck-tree:
+	@mkdir -p build/typecheck/fallgate && cd build/typecheck/fallgate && \
+	  for f in ../../../fallgate/*; do ln -sfn "$$f" .; done && \
+	  ln -sfn ../../../fsm fsm && ln -sfn ../../../providers providers
+
+lint: $(STAMP) typecheck-tree
+	$(VENV)/bin/ruff check fsm providers fallgate tests bench
 	$(VENV)/bin/mypy
 
 test: lint
@@ -45,7 +51,7 @@ $(OPENAI2_STAMP): pyproject.toml
 	$(OPENAI2_VENV)/bin/python -m pip install -q -e '.[test]' 'openai==$(OPENAI2)'
 	touch $@
 
-test-openai2: $(OPENAI2_STAMP)
+test-openai2: $(OPENAI2_STAMP) typecheck-tree
 	$(OPENAI2_VENV)/bin/mypy --cache-dir $(OPENAI2_VENV)/.mypy_cache
 	$(OPENAI2_VENV)/bin/pytest $(PROVIDER_TESTS)
 
@@ -83,7 +89,7 @@ bench: $(BENCH_STAMP)
 
 # Regenerate diagrams/ (Mermaid, DOT; SVG when Graphviz `dot` is installed).
 diagrams: $(STAMP) graphviz
-	$(PY) -m providers.gallery diagrams
+	$(PY) -m fallgate.providers.gallery diagrams
 
 clean:
 	rm -rf $(VENV) $(OPENAI2_VENV) $(PY_VENVS) build .hypothesis

@@ -11,7 +11,7 @@ def measure(rounds: int = 3, quick: bool = False) -> dict[str, Any]:
     check takes over 30 s). `quick`: a bounded search of a two-target policy,
     only to show the harness works."""
     try:
-        from fsm.checker import check_policy, default_policy
+        from fallgate.fsm.checker import check_policy, default_policy
     except ImportError as e:  # the checker is another issue's work
         raise RuntimeError(f"fsm.checker is not available yet ({e})") from None
     best: tuple[float, dict[str, Any], bool] | None = None

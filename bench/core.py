@@ -18,22 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 import tenacity
-
-from fsm import (
-    Attempt,
-    Credential,
-    Finish,
-    HealthStore,
-    Outcome,
-    OutcomeKind,
-    Policy,
-    Target,
-    TransitionsTurn,
-    Turn,
-    VirtualClock,
-    host_loop,
-    run,
-)
+from fallgate.fsm import HealthStore, Outcome, OutcomeKind, Policy, Target, Turn, VirtualClock, run
+from fallgate.fsm.actions import Attempt, Finish
+from fallgate.fsm.host import host_loop
+from fallgate.fsm.policy import Credential
+from fallgate.fsm.turn import TransitionsTurn
 
 from .timing import best_of
 

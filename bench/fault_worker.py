@@ -24,7 +24,8 @@ Call = Callable[[], Any]
 
 
 def _policy(base_url: str, fallback: bool) -> Any:
-    from fsm import Credential, Policy, Target
+    from fallgate.fsm import Policy, Target
+    from fallgate.fsm.policy import Credential
 
     targets = [Target("fault", PRIMARY, base_url, credentials=[Credential.literal("sk-primary")])]
     if fallback:
@@ -37,8 +38,9 @@ def _policy(base_url: str, fallback: bool) -> Any:
 
 
 def fallgate(base_url: str, fallback: bool) -> tuple[Call, Call]:
-    import providers
-    from fsm import Policy, Target
+    from fallgate.fsm import Policy, Target
+
+    from fallgate import providers
 
     policy = _policy(base_url, fallback)
     client = providers.Fallgate(policy)

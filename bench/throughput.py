@@ -63,8 +63,10 @@ def _client(system: str, base_url: str) -> Callable[[], Awaitable[Any]]:
 
         c = openai.AsyncOpenAI(base_url=base_url, api_key="sk-primary", timeout=30.0)
         return lambda: c.chat.completions.create(model=PRIMARY, messages=MESSAGES)
-    import providers
-    from fsm import Credential, Policy, Target
+    from fallgate.fsm import Policy, Target
+    from fallgate.fsm.policy import Credential
+
+    from fallgate import providers
 
     policy = Policy(
         targets=[
@@ -119,7 +121,7 @@ def _cpu() -> float:
 
 
 def _serve() -> int:
-    import providers.fault_server as fs
+    import fallgate.providers.fault_server as fs
 
     # 200 clients connect at once: the stdlib default listen backlog (5) would drop SYNs.
     fs._HTTPServer.request_queue_size = 1024

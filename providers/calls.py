@@ -19,8 +19,8 @@ from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from fsm import Attempt, Policy
-
+from ..fsm import Policy
+from ..fsm.actions import Attempt
 from .chain import Chains
 from .classify import FailedReply, MalformedReply, content_filter_error
 from .timeouts import Bound, combine, given

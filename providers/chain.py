@@ -18,8 +18,7 @@ from typing import Any
 
 from openai.types import Model
 
-from fsm import Policy, Target
-
+from ..fsm import Policy, Target
 from .timeouts import given
 
 __all__ = ["Chains", "describe", "model_objects"]

@@ -25,10 +25,10 @@ import anyio
 import openai
 import pydantic
 
-from fsm import MissingCredential, Outcome, OutcomeKind
-from fsm.classify import body_kind, classify_exception, classify_status
-from fsm.redact import redact
-
+from ..fsm import Outcome, OutcomeKind
+from ..fsm.classify import body_kind, classify_exception, classify_status
+from ..fsm.errors import MissingCredential
+from ..fsm.redact import redact
 from . import transport
 
 __all__ = [

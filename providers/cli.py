@@ -19,7 +19,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
-from fsm import Policy, PolicyError, TraceEvent, declare, diagram, from_jsonl
+from ..fsm import Policy, PolicyError, diagram
+from ..fsm.machine import declare
+from ..fsm.trace import TraceEvent, from_jsonl
 
 PROG = "fallgate"
 
@@ -63,7 +65,7 @@ class _Parser(argparse.ArgumentParser):
 def default_policy() -> Policy:
     """The policy used when no file is given (the checker's, if it defines one)."""
     try:
-        checker = importlib.import_module("fsm.checker")
+        checker = importlib.import_module("fallgate.fsm.checker")
     except ImportError:
         checker = None
     make = getattr(checker, "default_policy", None)
@@ -71,7 +73,7 @@ def default_policy() -> Policy:
         policy = make()
         if isinstance(policy, Policy):
             return policy
-    from fsm.defaults import default_policy as builtin
+    from ..fsm.defaults import default_policy as builtin
 
     return builtin()
 
@@ -163,7 +165,7 @@ def check_main(path: str | None, as_json: bool) -> int:
     """Model-check a policy file (None: the default policy) and print the report: 0
     when every property holds, 1 when one is broken (or the search was cut short), 2
     when the policy is invalid (one line on stderr)."""
-    from fsm.checker import check_policy
+    from ..fsm.checker import check_policy
 
     try:
         policy = default_policy() if path is None else Policy.from_toml(path)
@@ -205,7 +207,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    demo = importlib.import_module("providers.demo")
+    demo = importlib.import_module("fallgate.providers.demo")
     return int(demo.demo_main(as_json=args.json, out=Path(args.out), diagrams=not args.no_diagrams))
 
 

@@ -21,8 +21,9 @@ from typing import Any, TextIO
 import attrs
 import openai
 
-from fsm import Policy, Target, TraceEvent, TurnFailed, declare, diagram
-
+from ..fsm import Policy, Target, TurnFailed, diagram
+from ..fsm.machine import declare
+from ..fsm.trace import TraceEvent
 from .fault_server import FaultServer
 from .openai_adapter import Fallgate
 

@@ -22,9 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from fsm import HealthStore, Policy, TraceEvent, declare, diagram, to_jsonl
-from fsm.defaults import default_policy
-from fsm.testing import FakeClock, play
+from ..fsm import HealthStore, Policy, diagram
+from ..fsm.defaults import default_policy
+from ..fsm.machine import declare
+from ..fsm.testing import FakeClock, play
+from ..fsm.trace import TraceEvent, to_jsonl
 
 DIAGRAMS: Final = Path(__file__).resolve().parent.parent / "diagrams"
 

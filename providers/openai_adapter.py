@@ -27,9 +27,10 @@ from typing import Any, TypeVar
 
 import openai
 
-from fsm import Attempt, Clock, HealthStore, Policy, TurnFailed, adrive, drive
-from fsm.turn import Hook
-
+from ..fsm import HealthStore, Policy, TurnFailed, adrive, drive
+from ..fsm.actions import Attempt
+from ..fsm.clock import Clock
+from ..fsm.turn import Hook
 from .calls import CHAT_CREATE, Call, Op, prepare
 from .chain import Chains
 from .classify import classify_openai

@@ -21,8 +21,9 @@ from typing import Any, Generic, TypeVar
 import attrs
 import openai
 
-from fsm import Credential, MissingCredential, Target
-
+from ..fsm import Target
+from ..fsm.errors import MissingCredential
+from ..fsm.policy import Credential
 from . import transport
 from .classify import ClientUnavailable
 from .transport import shared_ssl_context

@@ -23,11 +23,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from fsm import Action, Attempt, Finish, Outcome, Turn, TurnFailed
-from fsm.drivers import _Step
-from fsm.host import ahost_loop, host_loop
-from fsm.trace import TraceEvent
-
+from ..fsm import Outcome, Turn, TurnFailed
+from ..fsm.actions import Action, Attempt, Finish
+from ..fsm.drivers import _Step
+from ..fsm.host import ahost_loop, host_loop
+from ..fsm.trace import TraceEvent
 from .calls import Call
 from .classify import classify_openai
 from .deliveries import delivery_for

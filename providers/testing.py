@@ -13,8 +13,7 @@ In pytest, the ``fault_server`` fixture (installed with fallgate, from
 
 from __future__ import annotations
 
-from fsm.testing import FakeClock, Played, ScriptExhausted, play
-
+from ..fsm.testing import FakeClock, Played, ScriptExhausted, play
 from .fault_server import FaultServer, Script, ScriptError, load_script
 
 __all__ = [

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from providers.fault_server import FaultServer
+from .fault_server import FaultServer
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from fsm import Attempt, TurnResult
+from ..fsm import TurnResult
+from ..fsm.actions import Attempt
 
 __all__ = ["AttemptUsage", "GateResult", "Ledger", "Usage", "total", "usage_of"]
 

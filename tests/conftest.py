@@ -16,9 +16,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from fallgate.fsm.health import DEFAULT
 from hypothesis import HealthCheck, settings
-
-from fsm.health import DEFAULT
 
 settings.register_profile(
     "ci",

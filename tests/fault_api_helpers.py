@@ -7,9 +7,8 @@ import json
 from typing import Any
 
 import openai
+from fallgate.providers.fault_server import FaultServer
 from openai.types.chat import ChatCompletionMessage, ChatCompletionMessageFunctionToolCall
-
-from providers.fault_server import FaultServer
 
 KEY = "sk-fault-api-test-key-0123456789"
 MESSAGES: list[Any] = [{"role": "user", "content": "what is the weather"}]

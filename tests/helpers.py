@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fsm import Policy
+from fallgate.fsm import Policy
 
 #: Every made-up key starts with KEY_PREFIX and ends with KEY_TAIL: a text holding
 #: neither shows no key, not even a partly masked one ("sk-...0f1e2d3c4b5a").

@@ -14,9 +14,8 @@ import itertools
 import json
 
 import pytest
-
-from fsm import TransitionsTurn, Turn
-from fsm.checker import (
+from fallgate.fsm import Turn
+from fallgate.fsm.checker import (
     PROPERTIES,
     Checker,
     check_policy,
@@ -24,7 +23,8 @@ from fsm.checker import (
     replay,
     step,
 )
-from providers.cli import check_main
+from fallgate.fsm.turn import TransitionsTurn
+from fallgate.providers.cli import check_main
 
 from helpers import chain, numbered
 

@@ -12,13 +12,12 @@ from typing import Any
 
 import attrs
 import pytest
-
-from fsm import HealthStore, Policy
-from fsm.checker import check_policy, replay, step
-from fsm.guards import ATTEMPT, BACK_OFF, FALL_BACK, NEXT_IS
-from fsm.machine import Declaration, Transition, declare
-from fsm.state import Visit
-from fsm.turn import TurnState
+from fallgate.fsm import HealthStore, Policy
+from fallgate.fsm.checker import check_policy, replay, step
+from fallgate.fsm.guards import ATTEMPT, BACK_OFF, FALL_BACK, NEXT_IS
+from fallgate.fsm.machine import Declaration, Transition, declare
+from fallgate.fsm.state import Visit
+from fallgate.fsm.turn import TurnState
 
 from helpers import KEY_PREFIX, chain
 
@@ -140,7 +139,7 @@ def test_a_committed_stream_replayed_on_a_fallback_is_caught():
 
 
 def test_a_leaking_effect_is_caught_by_the_secrets_property():
-    from fsm.actions import Wait
+    from fallgate.fsm.actions import Wait
 
     def chatty_back_off(s: TurnState, arg: int) -> Wait:
         w = BACK_OFF.run(s, arg)
@@ -159,7 +158,7 @@ def test_a_leaking_effect_is_caught_by_the_secrets_property():
 
 
 def test_counterexamples_round_trip_through_json():
-    from fsm.checker import steps_from_json
+    from fallgate.fsm.checker import steps_from_json
 
     report = check_policy(chain("m0", "m1", max_attempts=2), guards=STALE_NEXT_IS)
     data = report.to_json()["properties"]["fallback_gate"]["counterexample"]

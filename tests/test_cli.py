@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from providers import gallery
-from providers.cli import main
+from fallgate.providers import gallery
+from fallgate.providers.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -184,7 +183,7 @@ def test_check_refuses_an_invalid_policy_with_the_field(capsys, tmp_path):
 
 
 def test_check_model_checks_a_small_policy(capsys, tmp_path):
-    pytest.importorskip("fsm.checker", reason="fsm.checker is not in this tree")
+    pytest.importorskip("fallgate.fsm.checker", reason="fsm.checker is not in this tree")
     small = tmp_path / "p.toml"
     small.write_text(
         'max_attempts = 1\n[primary]\nprovider = "a"\nmodel = "a"\nkey_env = "A_KEY"\n'
@@ -205,7 +204,16 @@ def test_serve_runs_the_fault_server_until_interrupted(tmp_path):
     script.write_text(json.dumps({"models": {"m": [{"kind": "answer", "text": "hi"}]}}))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "providers.cli", "serve", "--script", str(script), "--port", "0"],
+        [
+            sys.executable,
+            "-m",
+            "fallgate.providers.cli",
+            "serve",
+            "--script",
+            str(script),
+            "--port",
+            "0",
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -5,15 +5,14 @@ from __future__ import annotations
 import math
 
 import pytest
+from fallgate.fsm import Outcome
+from fallgate.fsm.backoff import MAX_RETRY_AFTER, backoff_delay, cooldown_for, parse_retry_after
+from fallgate.fsm.classify import classify_status
+from fallgate.fsm.outcomes import OutcomeKind, sane_retry_after
+from fallgate.fsm.policy import Backoff, Cooldown
+from fallgate.fsm.testing import play
 from hypothesis import given
 from hypothesis import strategies as st
-
-from fsm import Backoff, Outcome
-from fsm.backoff import MAX_RETRY_AFTER, backoff_delay, cooldown_for, parse_retry_after
-from fsm.classify import classify_status
-from fsm.outcomes import OutcomeKind, sane_retry_after
-from fsm.policy import Cooldown
-from fsm.testing import play
 
 from helpers import chain
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from fsm import HealthStore, Outcome, ProtocolError, Turn
-from fsm.actions import Attempt, Fail
-from fsm.outcomes import OutcomeKind
-from fsm.testing import FakeClock, play
+from fallgate.fsm import HealthStore, Outcome, Turn
+from fallgate.fsm.actions import Attempt, Fail
+from fallgate.fsm.outcomes import OutcomeKind
+from fallgate.fsm.testing import FakeClock, play
+from fallgate.fsm.turn import ProtocolError
 
 from helpers import chain
 

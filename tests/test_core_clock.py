@@ -7,9 +7,8 @@ import threading
 import time
 
 import pytest
-
-from fsm import Clock, HealthStore, Policy, SystemClock, Turn, VirtualClock, instant_waits, run
-from fsm.clock import SYSTEM, default_clock
+from fallgate.fsm import HealthStore, Policy, Turn, VirtualClock, instant_waits, run
+from fallgate.fsm.clock import SYSTEM, Clock, SystemClock, default_clock
 
 
 class Status(Exception):

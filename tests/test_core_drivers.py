@@ -9,19 +9,9 @@ import asyncio
 import time
 
 import pytest
-
-from fsm import (
-    HealthStore,
-    TraceEvent,
-    TransitionsTurn,
-    TurnFailed,
-    VirtualClock,
-    arun,
-    instant_waits,
-    run,
-    to_jsonl,
-)
-from fsm.trace import from_jsonl
+from fallgate.fsm import HealthStore, TurnFailed, VirtualClock, arun, instant_waits, run
+from fallgate.fsm.trace import TraceEvent, from_jsonl, to_jsonl
+from fallgate.fsm.turn import TransitionsTurn
 
 from helpers import chain
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import fsm.health
-from fsm import HealthStore, Turn, VirtualClock, instant_waits, run
-from fsm.testing import FakeClock, play
+import fallgate.fsm.health
+from fallgate.fsm import HealthStore, Turn, VirtualClock, instant_waits, run
+from fallgate.fsm.testing import FakeClock, play
 
 from helpers import chain
 
@@ -63,11 +63,11 @@ def test_a_new_turn_starts_clean_whatever_the_previous_turn_left_behind():
 
 def test_turns_given_no_store_share_the_named_process_wide_default():
     """Two unrelated callers, each with its own policy object for the same endpoints:
-    without ``health=`` both use `fsm.health.DEFAULT`, so a cooldown one of them
+    without ``health=`` both use `fallgate.fsm.health.DEFAULT`, so a cooldown one of them
     caused is seen by the other, and by anyone who reads the default."""
     first, second = chain("m0", "m1"), chain("m0", "m1")
     assert first is not second
-    assert Turn(first).s.health is fsm.health.DEFAULT is HealthStore.default()
+    assert Turn(first).s.health is fallgate.fsm.health.DEFAULT is HealthStore.default()
     clock = VirtualClock()
     models: list[str] = []
 
@@ -79,7 +79,7 @@ def test_turns_given_no_store_share_the_named_process_wide_default():
 
     run(first, call, clock=clock)
     assert models == ["m0", "m1"]
-    cooling = fsm.health.DEFAULT.snapshot()["credentials"]
+    cooling = fallgate.fsm.health.DEFAULT.snapshot()["credentials"]
     assert cooling == {(first.targets[0].key, "key#1"): clock.now() + 60}
     assert run(second, call, clock=clock).model == "m1"
     assert models == ["m0", "m1", "m1"]  # the second caller skipped the cooling primary

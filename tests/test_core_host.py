@@ -5,19 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from fsm import (
-    Attempt,
-    Fail,
-    Finish,
-    HealthStore,
-    Outcome,
-    Policy,
-    Turn,
-    VirtualClock,
-    ahost_loop,
-    host_loop,
-)
-from fsm.actions import Action
+from fallgate.fsm import HealthStore, Outcome, Policy, Turn, VirtualClock
+from fallgate.fsm.actions import Action, Attempt, Fail, Finish
+from fallgate.fsm.host import ahost_loop, host_loop
 
 
 class RecordingClock(VirtualClock):

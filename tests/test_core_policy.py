@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from fallgate.fsm import Policy, PolicyError, Target
+from fallgate.fsm.outcomes import OutcomeKind
+from fallgate.fsm.policy import Backoff, Credential
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from fsm import Backoff, Credential, Policy, PolicyError, Target
-from fsm.outcomes import OutcomeKind
 
 GOOD = {
     "primary": {
@@ -212,7 +212,7 @@ def test_pretty_printers_never_show_a_key():
 
 
 def test_a_cooldown_cap_below_its_initial_value_is_refused():
-    from fsm import Cooldown
+    from fallgate.fsm.policy import Cooldown
 
     with pytest.raises(PolicyError, match=r"cap = 1: must be >= initial \(5\)"):
         Cooldown(initial=5, cap=1)

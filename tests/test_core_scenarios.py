@@ -7,9 +7,9 @@ sequence of targets called and the final state.
 from __future__ import annotations
 
 import pytest
-
-from fsm import HealthStore, TransitionsTurn, Turn
-from fsm.testing import FakeClock, play
+from fallgate.fsm import HealthStore, Turn
+from fallgate.fsm.testing import FakeClock, play
+from fallgate.fsm.turn import TransitionsTurn
 
 from helpers import chain
 

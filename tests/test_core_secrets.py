@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 
 import pytest
-
-from fsm import HealthStore, TurnFailed, instant_waits, run, to_jsonl
-from fsm.outcomes import OutcomeKind
-from fsm.testing import play
-from fsm.traits import FAULT_KINDS
+from fallgate.fsm import HealthStore, TurnFailed, instant_waits, run
+from fallgate.fsm.outcomes import OutcomeKind
+from fallgate.fsm.testing import play
+from fallgate.fsm.trace import to_jsonl
+from fallgate.fsm.traits import FAULT_KINDS
 
 from helpers import chain
 

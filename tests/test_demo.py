@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from providers.cli import main
+from fallgate.providers.cli import main
 
 EXPECTED = {
     "scenario-1": (

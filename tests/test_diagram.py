@@ -10,12 +10,13 @@ import re
 import shutil
 
 import pytest
-
-from fsm import Policy, TraceEvent, declare, diagram, from_jsonl
-from fsm.defaults import default_policy
-from fsm.testing import play
-from fsm.traits import Phase
-from providers import gallery
+from fallgate.fsm import Policy, diagram
+from fallgate.fsm.defaults import default_policy
+from fallgate.fsm.machine import declare
+from fallgate.fsm.testing import play
+from fallgate.fsm.trace import TraceEvent, from_jsonl
+from fallgate.fsm.traits import Phase
+from fallgate.providers import gallery
 
 from helpers import KEY_PREFIX, KEY_TAIL, chain
 

@@ -20,10 +20,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-from fsm import Policy, declare, diagram
-from fsm.testing import play
-from providers import gallery
+from fallgate.fsm import Policy, diagram
+from fallgate.fsm.machine import declare
+from fallgate.fsm.testing import play
+from fallgate.providers import gallery
 
 from helpers import chain
 

@@ -14,10 +14,9 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-
-from fsm import TurnFailed, TurnResult, instant_waits
-from providers import AsyncFallgate
-from providers.fault_server import FaultServer
+from fallgate.fsm import TurnFailed, TurnResult, instant_waits
+from fallgate.providers import AsyncFallgate
+from fallgate.providers.fault_server import FaultServer
 
 from helpers import chain
 

@@ -7,10 +7,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from fsm import TurnFailed, instant_waits
-from providers import Fallgate
-from providers.fault_server import FaultServer
+from fallgate.fsm import TurnFailed, instant_waits
+from fallgate.providers import Fallgate
+from fallgate.providers.fault_server import FaultServer
 
 from helpers import chain
 

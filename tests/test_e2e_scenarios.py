@@ -10,10 +10,9 @@ from typing import Any
 
 import openai
 import pytest
-
-from fsm import Policy, Target, TurnFailed, instant_waits
-from providers import Fallgate
-from providers.fault_server import FaultServer
+from fallgate.fsm import Policy, Target, TurnFailed, instant_waits
+from fallgate.providers import Fallgate
+from fallgate.providers.fault_server import FaultServer
 
 from helpers import chain
 

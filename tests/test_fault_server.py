@@ -22,10 +22,8 @@ from typing import Any
 
 import openai
 import pytest
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
-
-from providers import transport
-from providers.fault_server import (
+from fallgate.providers import transport
+from fallgate.providers.fault_server import (
     FaultServer,
     RequestRecord,
     Script,
@@ -35,6 +33,7 @@ from providers.fault_server import (
     parse_script,
     serve_main,
 )
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 MESSAGES: list[Any] = [{"role": "user", "content": "say something"}]
 

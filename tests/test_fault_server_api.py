@@ -19,6 +19,7 @@ from typing import Any
 
 import openai
 import pytest
+from fallgate.providers.fault_server import FaultServer, load_script
 from fault_api_helpers import (
     KEY,
     RESPONSE_EVENTS,
@@ -31,8 +32,6 @@ from fault_api_helpers import (
 )
 from openai.types import CreateEmbeddingResponse
 from openai.types.responses import Response
-
-from providers.fault_server import FaultServer, load_script
 
 
 @pytest.fixture

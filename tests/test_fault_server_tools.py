@@ -14,6 +14,7 @@ from typing import Any
 
 import openai
 import pytest
+from fallgate.providers.fault_server import FaultServer, ScriptError, parse_script
 from fault_api_helpers import (
     MESSAGES,
     TOOLS,
@@ -24,8 +25,6 @@ from fault_api_helpers import (
     raw_post,
     sse,
 )
-
-from providers.fault_server import FaultServer, ScriptError, parse_script
 
 
 @pytest.fixture

@@ -12,16 +12,15 @@ import itertools
 from typing import Any
 
 import pytest
-
-from fsm import Policy, Turn
-from fsm.actions import Attempt, Rebuild, Wait
-from fsm.guards import GUARDS, Guard
-from fsm.health import HealthStore
-from fsm.outcomes import Outcome, OutcomeKind
-from fsm.state import TurnState, Visit
-from fsm.testing import FakeClock
-from fsm.traits import _ROWS, FAULT_KINDS, TRAITS, Level, _table
-from fsm.turn import observe
+from fallgate.fsm import Policy, Turn
+from fallgate.fsm.actions import Attempt, Rebuild, Wait
+from fallgate.fsm.guards import GUARDS, Guard
+from fallgate.fsm.health import HealthStore
+from fallgate.fsm.outcomes import Outcome, OutcomeKind
+from fallgate.fsm.state import TurnState, Visit
+from fallgate.fsm.testing import FakeClock
+from fallgate.fsm.traits import _ROWS, FAULT_KINDS, TRAITS, Level, _table
+from fallgate.fsm.turn import observe
 
 
 def test_every_outcome_kind_has_exactly_one_traits_row():
@@ -159,7 +158,7 @@ def test_every_field_of_the_turn_state_is_keyed_or_says_why_not():
 
 
 def test_a_visit_is_replaced_whole_when_the_turn_moves_on():
-    from fsm.testing import play
+    from fallgate.fsm.testing import play
 
     policy = _policy()
     seen: list[Visit] = []
@@ -179,8 +178,8 @@ def test_a_visit_is_replaced_whole_when_the_turn_moves_on():
 
 def test_the_checker_feeds_every_outcome_kind_with_every_abstract_retry_after_of_its_row():
     """The checker's alphabet is read off the traits table: a kind with a row is fed."""
-    from fsm.checker.alphabet import alphabet
-    from fsm.checker.context import Bounds
+    from fallgate.fsm.checker.alphabet import alphabet
+    from fallgate.fsm.checker.context import Bounds
 
     policy = _policy()
     ab = alphabet(policy, Bounds.of(policy))

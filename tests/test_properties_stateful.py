@@ -19,6 +19,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fallgate.fsm import Policy
+from fallgate.fsm.backoff import parse_retry_after
+from fallgate.fsm.checker import Monitor, step
+from fallgate.fsm.outcomes import MAX_RETRY_AFTER, OutcomeKind
+from fallgate.fsm.policy import DEFAULT_RULES
 from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -28,12 +33,6 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-
-from fsm import Policy
-from fsm.backoff import parse_retry_after
-from fsm.checker import Monitor, step
-from fsm.outcomes import MAX_RETRY_AFTER, OutcomeKind
-from fsm.policy import DEFAULT_RULES
 
 _RETRYABLE = {OutcomeKind.TRANSPORT, OutcomeKind.RATE_LIMITED, OutcomeKind.OVERLOADED}
 _ROTATABLE = {OutcomeKind.RATE_LIMITED, OutcomeKind.QUOTA, OutcomeKind.AUTH}

@@ -14,11 +14,11 @@ from typing import Any
 
 import openai
 import pytest
+from fallgate.fsm import Target, TurnFailed, VirtualClock, instant_waits
+from fallgate.fsm.trace import TraceEvent
+from fallgate.providers import AsyncFallgate, Fallgate, transport
+from fallgate.providers.fault_server import FaultServer
 from openai.types.chat import ChatCompletion
-
-from fsm import Target, TraceEvent, TurnFailed, VirtualClock, instant_waits
-from providers import AsyncFallgate, Fallgate, transport
-from providers.fault_server import FaultServer
 
 from helpers import chain
 

@@ -15,18 +15,18 @@ from typing import Any
 
 import openai
 import pytest
-
-from fsm import MissingCredential, OutcomeKind
-from providers import transport
-from providers.classify import (
+from fallgate.fsm import OutcomeKind
+from fallgate.fsm.errors import MissingCredential
+from fallgate.providers import transport
+from fallgate.providers.classify import (
     ClientUnavailable,
     MalformedReply,
     StreamInterrupted,
     classify_openai,
     scrub,
 )
-from providers.fault_server import FaultServer
-from providers.pools import shared_ssl_context
+from fallgate.providers.fault_server import FaultServer
+from fallgate.providers.pools import shared_ssl_context
 
 MSG = [{"role": "user", "content": "hi"}]
 KEY = "sk-test-0123456789abcdef"

@@ -10,11 +10,10 @@ from typing import Any
 
 import openai
 import pytest
-
-from fsm import Target, TurnFailed, instant_waits
-from providers import AsyncFallgate, Fallgate, transport
-from providers.fault_server import FaultServer
-from providers.timeouts import Bound, combine
+from fallgate.fsm import Target, TurnFailed, instant_waits
+from fallgate.providers import AsyncFallgate, Fallgate, transport
+from fallgate.providers.fault_server import FaultServer
+from fallgate.providers.timeouts import Bound, combine
 
 from helpers import chain
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
-from fsm import TurnFailed, instant_waits
-from providers import Fallgate
-from providers.fault_server import FaultServer
+from fallgate.fsm import TurnFailed, instant_waits
+from fallgate.providers import Fallgate
+from fallgate.providers.fault_server import FaultServer
 
 from helpers import chain
 

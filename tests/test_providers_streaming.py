@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fallgate.fsm import TurnFailed, instant_waits
+from fallgate.fsm.trace import TraceEvent
+from fallgate.providers import AsyncFallgate, Fallgate
+from fallgate.providers.fault_server import FaultServer
 from openai.types.chat import ChatCompletionChunk
-
-from fsm import TraceEvent, TurnFailed, instant_waits
-from providers import AsyncFallgate, Fallgate
-from providers.fault_server import FaultServer
 
 from helpers import chain
 

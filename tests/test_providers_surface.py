@@ -18,15 +18,14 @@ from typing import Any
 
 import pydantic
 import pytest
+from fallgate.fsm import TurnFailed, instant_waits
+from fallgate.providers import AsyncFallgate, Fallgate
+from fallgate.providers.fault_server import FaultServer
+from fallgate.providers.fault_server import responses as fault_responses
 from openai.pagination import AsyncPage, SyncPage
 from openai.types import CreateEmbeddingResponse, Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
-
-from fsm import TurnFailed, instant_waits
-from providers import AsyncFallgate, Fallgate
-from providers.fault_server import FaultServer
-from providers.fault_server import responses as fault_responses
 
 from helpers import chain
 

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import openai
 import pytest
-
-from fsm import OutcomeKind, Target
-from providers import transport
-from providers.classify import StreamInterrupted, classify_openai
-from providers.pools import async_openai_factory, openai_factory
+from fallgate.fsm import OutcomeKind, Target
+from fallgate.providers import transport
+from fallgate.providers.classify import StreamInterrupted, classify_openai
+from fallgate.providers.pools import async_openai_factory, openai_factory
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,12 +12,11 @@ from typing import Any
 
 import pydantic
 import pytest
+from fallgate.fsm import TurnFailed, instant_waits
+from fallgate.providers import AsyncFallgate, Fallgate
+from fallgate.providers.fault_server import FaultServer
+from fallgate.providers.usage import AttemptUsage, GateResult, Usage, usage_of
 from openai.types.chat import ChatCompletion
-
-from fsm import TurnFailed, instant_waits
-from providers import AsyncFallgate, Fallgate
-from providers.fault_server import FaultServer
-from providers.usage import AttemptUsage, GateResult, Usage, usage_of
 
 from helpers import chain
 

@@ -1,4 +1,4 @@
-"""`providers.testing` (the public test aids) and the pytest plugin that ships with fallgate."""
+"""`fallgate.providers.testing` (the public test aids) and the pytest plugin."""
 
 from __future__ import annotations
 
@@ -7,39 +7,38 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import fallgate.fsm.testing
+import fallgate.providers.fault_server
+import fallgate.providers.testing
 import openai
 import pytest
-
-import fsm.testing
-import providers.fault_server
-import providers.testing
-from fsm import Policy
-from providers.testing import FakeClock, FaultServer, Played, load_script, play
+from fallgate.fsm import Policy
+from fallgate.providers.testing import FakeClock, FaultServer, Played, load_script, play
 
 AIDS = {
-    "FaultServer": providers.fault_server,
-    "Script": providers.fault_server,
-    "ScriptError": providers.fault_server,
-    "load_script": providers.fault_server,
-    "FakeClock": fsm.testing,
-    "Played": fsm.testing,
-    "ScriptExhausted": fsm.testing,
-    "play": fsm.testing,
+    "FaultServer": fallgate.providers.fault_server,
+    "Script": fallgate.providers.fault_server,
+    "ScriptError": fallgate.providers.fault_server,
+    "load_script": fallgate.providers.fault_server,
+    "FakeClock": fallgate.fsm.testing,
+    "Played": fallgate.fsm.testing,
+    "ScriptExhausted": fallgate.fsm.testing,
+    "play": fallgate.fsm.testing,
 }
 
 
 @pytest.mark.parametrize("name", sorted(AIDS))
 def test_each_aid_is_the_original_not_a_copy(name: str) -> None:
-    assert getattr(providers.testing, name) is getattr(AIDS[name], name)
+    assert getattr(fallgate.providers.testing, name) is getattr(AIDS[name], name)
 
 
 def test_the_testing_module_exports_exactly_the_aids() -> None:
-    assert sorted(providers.testing.__all__) == sorted(AIDS)
+    assert sorted(fallgate.providers.testing.__all__) == sorted(AIDS)
 
 
 def test_the_installed_pytest_plugin_is_the_testing_plugin() -> None:
     [plugin] = [e for e in entry_points(group="pytest11") if e.name == "fallgate"]
-    assert plugin.value == "providers.testing_plugin"
+    assert plugin.value == "fallgate.providers.testing_plugin"
     assert callable(plugin.load().fault_server)
 
 
@@ -75,8 +74,8 @@ def test_the_plugin_and_a_valid_script_load_neither_openai_nor_the_core(tmp_path
     path = tmp_path / "ok.toml"
     path.write_text('[default]\nkind = "answer"\n')
     code = (
-        "import sys; import providers.testing_plugin as p; "
-        "import providers.fault_server as f; f.load_script(sys.argv[1]); "
+        "import sys; import fallgate.providers.testing_plugin as p; "
+        "import fallgate.providers.fault_server as f; f.load_script(sys.argv[1]); "
         "print(sorted(m for m in ('openai', 'fsm') if m in sys.modules))"
     )
     out = subprocess.run(

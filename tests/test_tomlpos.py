@@ -5,8 +5,7 @@ from __future__ import annotations
 import tomllib
 
 import pytest
-
-from fsm.tomlpos import split_path, toml_line
+from fallgate.fsm.tomlpos import split_path, toml_line
 
 POLICY = """\
 max_attempts = 3

@@ -48,7 +48,7 @@ def load_script(path: str | os.PathLike[str]) -> Script:
             line = _json_line(text, e.path)
         else:
             # Imported here: a valid script (and the pytest plugin) need not load `fsm`.
-            from fsm.tomlpos import toml_line
+            from ...fsm.tomlpos import toml_line
 
             line = toml_line(text, e.path)
         raise e.located(name, line) from None

@@ -1,0 +1,71 @@
+"""fallgate: every LLM API call as a declared, model-checked state machine.
+
+The small public surface::
+
+    import fallgate
+
+    policy = fallgate.Policy.from_toml("fallgate.toml")
+    client = fallgate.Fallgate(policy)            # openai-compatible wrapper
+    reply = client.chat.completions.create(messages=[...])
+
+    result = fallgate.run(policy, call)           # your own transport, sync
+    result = await fallgate.arun(policy, acall)   # ... or asyncio
+
+The engine is `fallgate.fsm` (pure, no I/O), everything that talks to a real
+API is `fallgate.providers`, and test aids are in `fallgate.testing`. The
+openai wrappers are imported on first use, so `import fallgate.fsm` never
+imports the openai SDK.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .fsm.clock import VirtualClock, instant_waits
+from .fsm.drivers import TurnResult, arun, run
+from .fsm.errors import PolicyError, TurnFailed
+from .fsm.health import HealthStore
+from .fsm.outcomes import Outcome, OutcomeKind
+from .fsm.policy import Policy
+
+if TYPE_CHECKING:
+    from .fsm.checker import check_policy
+    from .providers.openai_adapter import AsyncFallgate, Fallgate
+
+__all__ = [
+    "AsyncFallgate",
+    "Fallgate",
+    "HealthStore",
+    "Outcome",
+    "OutcomeKind",
+    "Policy",
+    "PolicyError",
+    "TurnFailed",
+    "TurnResult",
+    "VirtualClock",
+    "arun",
+    "check_policy",
+    "instant_waits",
+    "run",
+]
+
+#: Loaded on first use: the openai wrappers import the SDK, the checker is large.
+_LAZY = {
+    "Fallgate": ".providers.openai_adapter",
+    "AsyncFallgate": ".providers.openai_adapter",
+    "check_policy": ".fsm.checker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fallgate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

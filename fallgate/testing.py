@@ -1,0 +1,39 @@
+"""Test aids for users: the fault server, a virtual clock, scripted turns.
+
+    from fallgate.testing import FaultServer, VirtualClock, play
+
+    with FaultServer(script) as srv:   # a real OpenAI-compatible server on loopback
+        ...                              # point a policy's base_url at srv.base_url
+
+    played = play(policy, ["transport", "transport", "rate_limited:171", "success"])
+
+`instant_waits()` (also `fallgate.instant_waits`) makes every wait instant while
+keeping cooldowns honest; the pytest plugin gives a `fault_server` fixture.
+"""
+
+from __future__ import annotations
+
+from .fsm.clock import VirtualClock, instant_waits
+from .providers.testing import (
+    FakeClock,
+    FaultServer,
+    Played,
+    Script,
+    ScriptError,
+    ScriptExhausted,
+    load_script,
+    play,
+)
+
+__all__ = [
+    "FakeClock",
+    "FaultServer",
+    "Played",
+    "Script",
+    "ScriptError",
+    "ScriptExhausted",
+    "VirtualClock",
+    "instant_waits",
+    "load_script",
+    "play",
+]
