@@ -90,6 +90,14 @@ class Visit:
         v.key_not_before = self.key_not_before.copy()
         return v
 
+    def __eq__(self, other: object) -> bool:
+        """Equal facts (two fresh visits are equal: a new turn starts like any other)."""
+        if not isinstance(other, Visit):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in Visit.KEYED)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
     def key(self, now: float, horizon: float = math.inf) -> tuple[Any, ...]:
         """Canonical identity; times relative to `now`."""
         nb = self.key_not_before
@@ -109,7 +117,12 @@ class Visit:
         )
 
 
-NOWHERE: Final = Visit(-1)  # before the first target is entered (never mutated)
+
+
+#: The visit of a turn that has not entered a target yet. Shared (one allocation less per
+#: turn, which the core bench's happy turn shows); never mutated: only outcomes mutate a
+#: visit, and no outcome is declared before the first attempt.
+NOWHERE: Final = Visit(-1)
 
 
 class TurnState:
@@ -226,7 +239,7 @@ class TurnState:
         n.hook = self.hook
         n.state = self.state
         n.first = self.first
-        n.visit = self.visit.copy() if self.visit is not NOWHERE else NOWHERE
+        n.visit = self.visit if self.visit is NOWHERE else self.visit.copy()
         n.total_attempts = self.total_attempts
         n.tried = self.tried.copy()
         n.reasons = self.reasons.copy()

@@ -22,8 +22,8 @@ from typing import Any
 from fallgate.fsm import Policy
 from fallgate.fsm.backoff import parse_retry_after
 from fallgate.fsm.checker import Monitor, step
-from fallgate.fsm.outcomes import MAX_RETRY_AFTER, OutcomeKind
-from fallgate.fsm.policy import DEFAULT_RULES
+from fallgate.fsm.outcomes import MAX_RETRY_AFTER
+from fallgate.fsm.traits import FAULT_KINDS, TRAITS
 from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -34,9 +34,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-_RETRYABLE = {OutcomeKind.TRANSPORT, OutcomeKind.RATE_LIMITED, OutcomeKind.OVERLOADED}
-_ROTATABLE = {OutcomeKind.RATE_LIMITED, OutcomeKind.QUOTA, OutcomeKind.AUTH}
-FAULTS = [k.value for k in DEFAULT_RULES]
+FAULTS = [k.value for k in FAULT_KINDS]
 PATHOLOGICAL = ["-5", "0", "nan", "inf", "1e308", "-inf", "abc", "", "3", "12.5", "999999"]
 RAW = [-5.0, 0.0, math.nan, math.inf, 1e308, -math.inf]
 
@@ -45,17 +43,17 @@ seconds = st.floats(min_value=0, max_value=60, allow_nan=False).map(lambda x: ro
 
 @st.composite
 def rules(draw: Any, continue_streams: bool) -> dict[str, dict[str, bool]]:
+    """Any rules the traits table allows for each kind (fsm.traits: one row per kind)."""
     out: dict[str, dict[str, bool]] = {}
-    for kind in DEFAULT_RULES:
+    for kind in FAULT_KINDS:
         if not draw(st.booleans()):
             continue
-        retryable = kind in _RETRYABLE or (
-            continue_streams and kind is OutcomeKind.STREAM_INTERRUPTED
-        )
+        t = TRAITS[kind]
+        retryable = t.may_retry and (t.retry_switch is None or continue_streams)
         out[kind.value] = {
             "retry": retryable and draw(st.booleans()),
-            "rotate": kind in _ROTATABLE and draw(st.booleans()),
-            "fall_back": kind is not OutcomeKind.STREAM_INTERRUPTED and draw(st.booleans()),
+            "rotate": t.may_rotate and draw(st.booleans()),
+            "fall_back": t.may_fall_back and draw(st.booleans()),
             "cooldown": draw(st.booleans()),
         }
     return out
