@@ -187,3 +187,11 @@ def test_the_checker_feeds_every_outcome_kind_with_every_abstract_retry_after_of
     assert set(fed) == {k.value for k in OutcomeKind}
     for kind in FAULT_KINDS:
         assert fed.count(kind.value) == len(TRAITS[kind].retry_afters), kind
+
+
+def test_the_checkers_independent_oracle_states_the_same_levels_as_the_traits_table():
+    """The oracle restates which outcomes are the key's fault on purpose (an engine bug
+    must not be mirrored); this keeps the two statements from drifting apart."""
+    from fallgate.fsm.checker.properties import CRED_LEVEL
+
+    assert set(CRED_LEVEL) == {k for k in FAULT_KINDS if TRAITS[k].level is Level.CREDENTIAL}
