@@ -32,7 +32,7 @@ typecheck-tree:
 	  ln -sfn ../../../fsm fsm && ln -sfn ../../../providers providers
 
 lint: $(STAMP) typecheck-tree
-	$(VENV)/bin/ruff check fsm providers fallgate tests bench
+	$(VENV)/bin/ruff check fsm providers fallgate tests bench examples
 	$(VENV)/bin/mypy
 
 test: lint
