@@ -17,8 +17,8 @@ It checks that
   ``embeddings.create`` each fall back from a primary answering 429 to a healthy
   fallback on ``fallgate.testing.FaultServer`` (the answering model and the
   requests the server recorded);
-* the ``fallgate`` console script runs (``--help``, ``--version``, ``diagram``,
-  ``check`` on a small policy file), and the diagram generator
+* the ``fallgate`` console script runs (``--help``, ``--version``, ``diagram`` and
+  ``check`` on a small policy file, ``demo``), and the diagram generator
   (``python -m fallgate.providers.gallery``) writes only where it is told.
 """
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import json
 import subprocess
 import sys
 import sysconfig
@@ -282,6 +283,10 @@ def check_cli() -> None:
         check(out.startswith("stateDiagram-v2"), f"`fallgate diagram` printed:\n{out[:500]}")
         out = run_cli("check", "policy.toml", cwd=cwd)
         check("holds   fallback_gate" in out, f"`fallgate check` printed:\n{out}")
+        out = run_cli("demo", "--json", "--out", "demo", cwd=cwd)
+        scenarios = json.loads(out)["scenarios"]
+        check(len(scenarios) == 5, f"`fallgate demo --json` printed:\n{out}")
+        check((cwd / "demo" / "retry-after.md").is_file(), "`fallgate demo` wrote no diagram")
         check_gallery(cwd)
 
 
