@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint fuzz bench diagrams graphviz clean typecheck-tree test-openai2 test-pythons
+.PHONY: demo test lint fuzz bench diagrams graphviz clean typecheck-tree test-openai2 test-pythons \
+	test-embed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +32,7 @@ typecheck-tree:
 	  ln -sfn ../../../fsm fsm && ln -sfn ../../../providers providers
 
 lint: $(STAMP) typecheck-tree
-	$(VENV)/bin/ruff check fsm providers fallgate tests bench
+	$(VENV)/bin/ruff check fsm providers fallgate tests bench examples
 	$(VENV)/bin/mypy
 
 test: lint
@@ -73,6 +74,28 @@ FIND_PYTHON = if python$(1) -c '' 2>/dev/null; then echo python$(1); \
 
 test-pythons: $(PY_VENVS:%=%/.installed-test)
 	set -e; for v in $(PY_VENVS); do $$v/bin/python --version; $$v/bin/pytest -q $(CORE_TESTS); done
+
+# The installed wheel beside a host application's own top-level `fsm` and `providers`
+# packages, on openai 2.24.0 and the newest 3.x ("3": >=3,<4), each in a fresh venv
+# build/embed-VERSION. The wheel is built from a clean setuptools build dir (a stale
+# build/lib would leak dropped packages into it), its files are checked against the
+# checkout's packages, then tests/embed/check_embed.py runs in each venv.
+EMBED_OPENAIS ?= 2.24.0 3
+
+test-embed: $(STAMP)
+	rm -rf build/wheel build/lib build/bdist.* fallgate.egg-info
+	$(PY) -m pip wheel -q --no-deps -w build/wheel .
+	$(PY) tests/embed/wheel_check.py build/wheel/fallgate-*.whl
+	set -e; host=$$(mktemp -d); trap 'rm -rf "$$host"' EXIT; \
+	  $(PY) tests/embed/host_dist.py "$$host/src" >/dev/null; \
+	  $(PY) -m pip wheel -q --no-deps -w "$$host/wheel" "$$host/src"; \
+	  for v in $(EMBED_OPENAIS); do \
+	    case $$v in *.*) spec="openai==$$v";; *) spec="openai>=$$v,<$$((v + 1))";; esac; \
+	    venv=build/embed-$$v; echo "== $$venv: fallgate wheel + host packages + $$spec"; \
+	    rm -rf $$venv; $(PYTHON) -m venv $$venv; \
+	    $$venv/bin/python -m pip install -q build/wheel/fallgate-*.whl "$$host"/wheel/*.whl "$$spec"; \
+	    env -u PYTHONPATH $$venv/bin/python tests/embed/check_embed.py; \
+	  done
 
 # Long Hypothesis run of the property fuzzers (profile "fuzz" in tests/conftest.py).
 fuzz: $(STAMP)

@@ -1,7 +1,9 @@
 """The diagrams committed under ``diagrams/``: what they show and how they are made.
 
-``make diagrams`` (``python -m providers.gallery [DIR]``) writes them; the
-tests regenerate them in memory and fail when a committed file is stale.
+``make diagrams`` (``python -m fallgate.providers.gallery DIR``) writes them; the
+tests regenerate them in memory and fail when a committed file is stale. Without
+DIR it writes into the checkout's ``diagrams/``, and only in a checkout: an
+installed fallgate has no such directory (and must not write into site-packages).
 
 * ``turn-machine.{md,mmd,dot,svg}``: the default policy's machine;
 * ``scenario-1.{md,dot,svg}``: Scenario 1's path, highlighted, produced by
@@ -28,6 +30,9 @@ from ..fsm.machine import declare
 from ..fsm.testing import FakeClock, play
 from ..fsm.trace import TraceEvent, to_jsonl
 
+#: The checkout's committed diagrams (an editable install maps this file to
+#: providers/gallery.py). Installed from a wheel this names a directory that does not
+#: exist, inside site-packages: only read it when it exists, never write into it.
 DIAGRAMS: Final = Path(__file__).resolve().parent.parent / "diagrams"
 
 #: Scenario 1's chain: glm-5.1 -> glm-4.7, two attempts per target.
@@ -161,7 +166,7 @@ def sources() -> dict[str, str]:
     }
 
 
-def write(out: Path = DIAGRAMS) -> list[Path]:
+def write(out: Path) -> list[Path]:
     """Write every diagram into `out`; SVGs only when `dot` is installed."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -178,6 +183,13 @@ def write(out: Path = DIAGRAMS) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if not args and not DIAGRAMS.is_dir():
+        print(
+            "usage: python -m fallgate.providers.gallery DIR (not in a fallgate checkout, "
+            "so there is no diagrams/ to regenerate: name where to write)",
+            file=sys.stderr,
+        )
+        return 2
     out = Path(args[0]) if args else DIAGRAMS
     for path in write(out):
         print(path)
