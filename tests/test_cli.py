@@ -133,7 +133,7 @@ def test_bad_toml_names_the_file(capsys, tmp_path):
 def test_an_invalid_policy_names_each_field_value_and_line(capsys, tmp_path):
     bad = tmp_path / "p.toml"
     bad.write_text(
-        'max_attempts = 0\n[primary]\nprovider = "x"\nmodel = "y"\napi_key = "sk-SECRET-123456"\n'
+        'max_attempts = 0\n[primary]\nprovider = "openai"\nmodel = "y"\napi_key = "sk-SECRET-123456"\n'
         'rotation = "random"\n'
     )
     code, _, err = run(capsys, "diagram", str(bad))
@@ -187,7 +187,9 @@ def test_check_model_checks_a_small_policy(capsys, tmp_path):
     small = tmp_path / "p.toml"
     small.write_text(
         'max_attempts = 1\n[primary]\nprovider = "a"\nmodel = "a"\nkey_env = "A_KEY"\n'
+        'base_url = "https://a.test/v1"\n'
         '[[fallback_providers]]\nprovider = "b"\nmodel = "b"\nkey_env = "B_KEY"\n'
+        'base_url = "https://b.test/v1"\n'
     )
     code, out, _ = run(capsys, "check", str(small), "--json")
     assert code in (0, 1)
