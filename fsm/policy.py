@@ -324,6 +324,10 @@ def _check_seconds(ps: _Problems, name: str, v: object, positive: bool = False) 
         ps.add(name, v, f"must be a finite number of seconds {'> 0' if positive else '>= 0'}")
 
 
+def _provider_map(value: Mapping[str, Provider] | None) -> dict[str, Provider]:
+    return dict(value or {})
+
+
 def _rules_converter(value: Mapping[Any, Any] | None) -> Mapping[OutcomeKind, Rule]:
     merged: dict[OutcomeKind, Rule] = dict(DEFAULT_RULES)
     if value:
@@ -354,7 +358,7 @@ class Policy:
     rules: Mapping[OutcomeKind, Rule] = attrs.field(factory=dict, converter=_rules_converter)
     #: The policy's own provider registry entries (``[providers.<name>]``): they add
     #: to, or replace, the built-in ones of `fsm.registry` for this policy.
-    providers: Mapping[str, Provider] = attrs.field(factory=dict, converter=dict)
+    providers: Mapping[str, Provider] = attrs.field(factory=dict, converter=_provider_map)
     #: What is built once per policy (its declaration, compiled tables): lives and dies
     #: with the policy, never keyed by id().
     memo: dict[str, object] = attrs.field(
@@ -367,7 +371,9 @@ class Policy:
             ps.add("targets", self.targets, "the chain needs at least one target (the primary)")
         for name, entry in self.providers.items():
             if not isinstance(entry, Provider) or entry.name != name:
-                ps.add(f"providers.{name}", entry, f"must be an fsm.registry.Provider named {name!r}")
+                ps.add(
+                    f"providers.{name}", entry, f"must be an fsm.registry.Provider named {name!r}"
+                )
             elif entry.base_url is None or not _URL.match(entry.base_url):
                 ps.add(f"providers.{name}.base_url", entry.base_url, "must be an http(s) URL")
         extra = {k: v for k, v in self.providers.items() if isinstance(v, Provider)}
@@ -646,9 +652,7 @@ def _policy_from_dict(data: Mapping[str, Any]) -> Policy:
         if not isinstance(raw, list):
             ps.add("targets", raw, "must be a list of tables")
         else:
-            targets += [
-                _target_from_dict(t, f"targets[{i}]", ps, extra) for i, t in enumerate(raw)
-            ]
+            targets += [_target_from_dict(t, f"targets[{i}]", ps, extra) for i, t in enumerate(raw)]
     elif "primary" in data:
         targets.append(_target_from_dict(data["primary"], "primary", ps, extra))
     else:

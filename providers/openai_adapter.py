@@ -33,7 +33,7 @@ from ..fsm.clock import Clock
 from ..fsm.turn import Hook
 from .calls import CHAT_CREATE, Call, Op, prepare
 from .chain import Chains
-from .classify import classify_openai
+from .classify import classifier_for
 from .pools import (
     AsyncClientFactory,
     AsyncClientPool,
@@ -249,7 +249,7 @@ class Fallgate(_Base):
                 call.policy,
                 attempt,
                 rebuild=self._pool.rebuild,
-                classify=classify_openai,
+                classify=classifier_for(call.policy, lambda: ledger.target),
                 health=self.health,
                 on_transition=self.on_transition,
                 clock=self.clock,
@@ -357,7 +357,7 @@ class AsyncFallgate(_Base):
                 call.policy,
                 attempt,
                 rebuild=self._pool.rebuild,
-                classify=classify_openai,
+                classify=classifier_for(call.policy, lambda: ledger.target),
                 health=self.health,
                 on_transition=self.on_transition,
                 clock=self.clock,

@@ -133,8 +133,8 @@ def test_bad_toml_names_the_file(capsys, tmp_path):
 def test_an_invalid_policy_names_each_field_value_and_line(capsys, tmp_path):
     bad = tmp_path / "p.toml"
     bad.write_text(
-        'max_attempts = 0\n[primary]\nprovider = "openai"\nmodel = "y"\napi_key = "sk-SECRET-123456"\n'
-        'rotation = "random"\n'
+        'max_attempts = 0\n[primary]\nprovider = "openai"\nmodel = "y"\n'
+        'api_key = "sk-SECRET-123456"\nrotation = "random"\n'
     )
     code, _, err = run(capsys, "diagram", str(bad))
     assert code == 1
