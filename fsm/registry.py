@@ -279,22 +279,20 @@ def merge(
 
 
 def _quirks(p: Provider) -> str:
-    parts = []
-    if p.status_kinds:
-        parts.append(", ".join(f"HTTP {s}: {k.value}" for s, k in sorted(p.status_kinds.items())))
-    if p.error_codes:
-        parts.append(
-            "error codes " + ", ".join(f"{c}: {k.value}" for c, k in p.error_codes.items())
-        )
+    parts = [f"HTTP {s} is {k.value}" for s, k in sorted(p.status_kinds.items())]
+    by_kind: dict[OutcomeKind, list[str]] = {}
+    for code, kind in p.error_codes.items():
+        by_kind.setdefault(kind, []).append(code)
+    parts += [f"error {'/'.join(codes)} is {k.value}" for k, codes in by_kind.items()]
     if p.errors_in_2xx:
-        parts.append("errors may arrive in a 200 reply")
+        parts.append("errors may come in a 200 reply")
     return "; ".join(parts)
 
 
 def markdown_table(providers: Iterable[Provider] | None = None) -> str:
     """The registry as the README's Markdown table (one row per provider)."""
     rows = [
-        "| provider | base_url | key variable | what classification reads |",
+        "| provider | base_url | key variable | quirks classification reads |",
         "|---|---|---|---|",
     ]
     for p in providers if providers is not None else PROVIDERS.values():

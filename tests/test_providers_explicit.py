@@ -115,6 +115,18 @@ def test_with_options_copies_keep_the_explicit_endpoint_key_and_headers(
     assert r.header("openai-organization") is None
 
 
+def test_an_organization_the_caller_asks_for_is_sent_the_environments_never(
+    fault_server: FaultServer, trap: FaultServer
+) -> None:
+    policy = registry_policy(fault_server)
+    with Fallgate(policy) as gate:
+        gate.with_options(organization="org-mine").run(messages=MSG)
+        gate.run(messages=MSG)
+    asked, plain = fault_server.requests
+    assert asked.header("openai-organization") == "org-mine"
+    assert plain.header("openai-organization") is None  # OPENAI_ORG_ID is org-trap
+
+
 def test_the_default_factory_refuses_a_target_without_a_base_url(trap: FaultServer) -> None:
     # A Target built by hand (no Policy to resolve it) must not become an SDK default.
     bare = Target("openrouter", "m", credentials=[Credential.literal(OR_KEY)])

@@ -86,11 +86,18 @@ def test_lookup_suggest_and_merge():
 
 def test_the_readme_known_providers_table_is_the_registry():
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Known providers") :]
-    table = "\n".join(line for line in section.splitlines()[1:] if line.startswith("|")).split(
-        "\n\n"
-    )[0]
-    assert table + "\n" == markdown_table(), "README table is stale: paste markdown_table()"
+    start = text.index("\n## Known providers")
+    section = text[start : text.index("\n## ", start + 1)]
+    lines = section.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("| provider |"))
+    table = []
+    for line in lines[first:]:
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    assert "\n".join(table) + "\n" == markdown_table(), (
+        "the README's table is stale: paste fallgate.fsm.registry.markdown_table()"
+    )
 
 
 # -- resolution ---------------------------------------------------------------------------------
@@ -359,3 +366,55 @@ def test_a_stream_that_fails_before_its_first_chunk_is_classified_with_its_provi
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text == "hello"
     assert [e.event for e in stream.trace][:2] == ["start", "quota"]
+
+
+def test_an_error_inside_a_200_reply_is_classified_by_its_code(
+    fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenRouter reports errors that happen once the model has started in a 200 body
+    (`errors_in_2xx`): its error.code is the HTTP status it stands for."""
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-test-1")
+    body = {"error": {"code": 429, "message": "upstream rate limited"}}
+    fault_server.script(
+        {
+            "models": {
+                "a": [{"kind": "status", "status": 200, "body": body}],
+                "b": [{"kind": "answer", "text": "hello"}],
+            }
+        }
+    )
+    policy = Policy.from_dict(
+        {
+            "primary": {"provider": "openrouter", "model": "a"},
+            "fallback_providers": [{"provider": "openrouter", "model": "b"}],
+            "providers": {"openrouter": {"base_url": fault_server.base_url}},
+        }
+    )
+    with Fallgate(policy) as gate:
+        result = gate.run(messages=MSG)
+    assert result.model == "b"
+    assert [e.event for e in result.trace][:2] == ["start", "rate_limited"]
+
+
+def test_the_readme_example_error_and_provider_tables_are_real():
+    import tomllib
+
+    text = README.read_text(encoding="utf-8")
+    start = text.index("\n## Known providers")
+    section = text[start : text.index("\n## ", start + 1)]
+    with pytest.raises(PolicyError) as info:
+        Policy.from_dict({"primary": {"provider": "opnrouter", "model": "z-ai/glm-4.7"}})
+    assert str(info.value) in section
+    toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    data = tomllib.loads(toml)
+    data["primary"] = {"provider": "llamacpp", "model": "m"}
+    data["fallback_providers"] = [
+        {"provider": "corp", "model": "m"},
+        {"provider": "openrouter", "model": "m"},
+    ]
+    a, b, c = Policy.from_dict(data).targets
+    assert (a.keyless, b.credentials[1].id, c.base_url) == (
+        True,
+        "env:CORP_KEY_2",
+        "https://or-proxy.internal/api/v1",
+    )
