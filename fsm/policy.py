@@ -238,12 +238,17 @@ def _known_list(extra: Mapping[str, Provider] | None) -> str:
 
 
 def resolve_target(
-    t: Target, extra: Mapping[str, Provider] | None, ps: _Problems, where: str
+    t: Target,
+    extra: Mapping[str, Provider] | None,
+    ps: _Problems,
+    where: str,
+    credentials_given: bool = False,
 ) -> Target:
     """`t` with its endpoint and credentials made explicit: what the entry gives,
     else what the registry (`extra` first, then the built-in one) gives. What
     cannot be made explicit is reported on `ps` under `where` (``primary``,
-    ``fallback_providers[0]``, ``targets[1]``)."""
+    ``fallback_providers[0]``, ``targets[1]``). `credentials_given`: the entry
+    named credentials that were refused already (no second complaint)."""
     info = registry.lookup(t.provider, extra)
     changes: dict[str, Any] = {}
     if t.base_url is None and (info is None or info.base_url is None):
@@ -258,22 +263,25 @@ def resolve_target(
         return t  # one root cause, one problem
     if t.base_url is None and info is not None:
         changes["base_url"] = info.base_url
-    if not t.credentials and not t.keyless:
+    if not t.credentials and not t.keyless and not credentials_given:
         if info is not None and info.keyless:
             changes["keyless"] = True
         elif info is not None and info.key_envs:
             changes["credentials"] = tuple(Credential.from_env(e) for e in info.key_envs)
         else:
+            near = registry.suggest(t.provider, extra) if info is None else None
+            hint = f" (did you mean {near!r}?)" if near else ""
             whose = (
                 f"provider {t.provider!r} has no key variable in the registry"
                 if info is not None
-                else f"{t.provider!r} is not a known provider ({_known_list(extra)})"
+                else f"{t.provider!r} is not a known provider{hint}"
             )
             ps.add(
                 f"{where}.key_env",
                 _MISSING,
-                f"missing: no credential ({whose}): give key_env, key_envs, api_key or "
-                "api_keys, or keyless = true for a local server that takes no key",
+                "missing: no credential: give key_env, key_envs, api_key or api_keys, or "
+                f"keyless = true for a local server that takes no key ({whose}; known "
+                f"providers: {_known_list(extra)})",
             )
     return attrs.evolve(t, **changes) if changes else t
 
@@ -601,7 +609,7 @@ def _target_from_dict(
         if missing:
             return None
         n = len(ps.items)
-        target = resolve_target(target, extra, ps, path)
+        target = resolve_target(target, extra, ps, path, credentials_given=bool(envs or keys))
         return None if len(ps.items) > n else target
     except PolicyError as e:
         ps.extend(e, path)

@@ -190,6 +190,10 @@ def test_an_unknown_provider_without_a_credential_names_the_key_field():
     assert problem.path == "fallback_providers[0].key_env"
     assert "no credential" in problem.message and "keyless = true" in problem.message
     assert "openrouter" in problem.message
+    with pytest.raises(PolicyError, match="did you mean 'openrouter'"):
+        Policy.from_dict(
+            {"primary": {"provider": "openruter", "model": "m", "base_url": "https://x"}}
+        )
 
 
 def test_keyless_and_a_key_together_is_refused():
