@@ -44,7 +44,9 @@ def fallgate(base_url: str, fallback: bool) -> tuple[Call, Call]:
 
     policy = _policy(base_url, fallback)
     client = providers.Fallgate(policy)
-    warm_gate = providers.Fallgate(Policy(targets=[Target("fault", WARMUP, base_url)]))
+    warm_gate = providers.Fallgate(
+        Policy(targets=[Target("fault", WARMUP, base_url, keyless=True)])
+    )
 
     def warm() -> None:
         warm_gate.chat.completions.create(model=WARMUP, messages=MESSAGES)  # code paths

@@ -2,7 +2,8 @@
 
 A realistic chain (a primary and three fallbacks, two keys each, read from
 environment variables at use time), so the committed diagrams show the shape
-of a real deployment. Nothing here reads the environment or the network.
+of a real deployment. Each base_url comes from the provider registry
+(`fsm.registry`). Nothing here reads the environment or the network.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ DEFAULT_POLICY: Final[dict[str, Any]] = {
     "primary": {
         "provider": "openai",
         "model": "gpt-4.1",
-        "base_url": "https://api.openai.com/v1",
         "context_length": 1_000_000,
         "key_envs": ["OPENAI_API_KEY", "OPENAI_API_KEY_2"],
     },
@@ -25,21 +25,18 @@ DEFAULT_POLICY: Final[dict[str, Any]] = {
         {
             "provider": "zai",
             "model": "glm-4.7",
-            "base_url": "https://api.z.ai/api/paas/v4",
             "context_length": 200_000,
             "key_envs": ["ZAI_API_KEY", "ZAI_API_KEY_2"],
         },
         {
             "provider": "openrouter",
             "model": "deepseek/deepseek-chat",
-            "base_url": "https://openrouter.ai/api/v1",
             "context_length": 128_000,
             "key_envs": ["OPENROUTER_API_KEY", "OPENROUTER_API_KEY_2"],
         },
         {
             "provider": "groq",
             "model": "llama-3.3-70b-versatile",
-            "base_url": "https://api.groq.com/openai/v1",
             "context_length": 128_000,
             "key_envs": ["GROQ_API_KEY", "GROQ_API_KEY_2"],
         },

@@ -4,6 +4,12 @@ Frozen attrs classes, validated at construction. A bad policy raises one
 `PolicyError` naming every bad field and value (secrets shown as ``***``).
 `Policy.from_dict` / `Policy.from_toml` accept the common
 ``fallback_providers`` shape.
+
+Every target of a valid policy has an explicit endpoint and credentials: what
+the entry gives, else what the provider registry (`fsm.registry`, plus the
+policy's own ``[providers.<name>]`` tables) says. A target left with neither a
+base_url nor a credential source is refused, so nothing downstream ever falls
+back to an SDK's environment defaults.
 """
 
 from __future__ import annotations
@@ -19,14 +25,17 @@ from typing import Any, Literal
 
 import attrs
 
+from . import registry
 from .errors import MissingCredential, PolicyError, Problem
 from .outcomes import OutcomeKind
+from .registry import Provider
 from .tomlpos import split_path, toml_line
 from .traits import DEFAULT_RULES, FAULT_KINDS, TRAITS, Rule
 
 Rotation = Literal["fill_first", "round_robin"]
 _ROTATIONS = ("fill_first", "round_robin")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_URL = re.compile(r"^https?://[^\s/]+")
 
 
 class _Problems:
@@ -162,6 +171,9 @@ class Target:
         factory=_default_credentials, converter=_cred_tuple
     )
     rotation: Rotation = "fill_first"
+    #: A local server that takes no key (Ollama, vLLM without --api-key): no
+    #: credentials, and a placeholder key is sent (never one from the environment).
+    keyless: bool = False
     index: int = 0
     #: The state-name prefix: ``primary``, ``fallback_1``, ... (derived from index).
     name: str = attrs.field(init=False, repr=False, eq=False)
@@ -175,7 +187,7 @@ class Target:
             if not isinstance(v, str) or not v.strip():
                 ps.add(name, v, "must be a non-empty string")
         if self.base_url is not None and not (
-            isinstance(self.base_url, str) and re.match(r"^https?://[^\s/]+", self.base_url)
+            isinstance(self.base_url, str) and _URL.match(self.base_url)
         ):
             ps.add("base_url", self.base_url, "must be an http:// or https:// URL")
         if self.context_length is not None and not (
@@ -190,6 +202,10 @@ class Target:
         ids = [c.id for c in self.credentials if isinstance(c, Credential)]
         if len(set(ids)) != len(ids):
             ps.add("credentials", ids, "credential ids must be unique")
+        if not isinstance(self.keyless, bool):
+            ps.add("keyless", self.keyless, "must be true or false")
+        elif self.keyless and self.credentials:
+            ps.add("keyless", True, "a keyless target takes no key_env / api_key")
         if not _is_int(self.index) or self.index < 0:
             ps.add("index", self.index, "must be an integer >= 0")
         ps.raise_if_any()
@@ -206,11 +222,68 @@ class Target:
         )
 
     def pool(self) -> tuple[Credential, ...]:
-        """The credential pool; a target without credentials has one anonymous slot."""
+        """The credential pool; a keyless target has one anonymous slot (its key is a
+        placeholder: the SDK insists on one, a local server ignores it)."""
         return self.credentials or (_ANONYMOUS,)
 
 
-_ANONYMOUS = Credential(id="none", key=Secret("-"))
+#: What a keyless target sends as its key: never empty (an empty key would let
+#: the SDK look for one in its own environment variables).
+KEYLESS_PLACEHOLDER = "no-key"
+_ANONYMOUS = Credential(id="none", key=Secret(KEYLESS_PLACEHOLDER))
+
+
+def _known_list(extra: Mapping[str, Provider] | None) -> str:
+    return ", ".join(registry.known(extra))
+
+
+def resolve_target(
+    t: Target,
+    extra: Mapping[str, Provider] | None,
+    ps: _Problems,
+    where: str,
+    credentials_given: bool = False,
+) -> Target:
+    """`t` with its endpoint and credentials made explicit: what the entry gives,
+    else what the registry (`extra` first, then the built-in one) gives. What
+    cannot be made explicit is reported on `ps` under `where` (``primary``,
+    ``fallback_providers[0]``, ``targets[1]``). `credentials_given`: the entry
+    named credentials that were refused already (no second complaint)."""
+    info = registry.lookup(t.provider, extra)
+    changes: dict[str, Any] = {}
+    if t.base_url is None and (info is None or info.base_url is None):
+        near = registry.suggest(t.provider, extra)
+        hint = f" (did you mean {near!r}?)" if near and near != t.provider else ""
+        ps.add(
+            f"{where}.provider",
+            t.provider,
+            f"unknown provider and no base_url{hint}: use a known provider "
+            f"({_known_list(extra)}), or give base_url and a credential",
+        )
+        return t  # one root cause, one problem
+    if t.base_url is None and info is not None:
+        changes["base_url"] = info.base_url
+    if not t.credentials and not t.keyless and not credentials_given:
+        if info is not None and info.keyless:
+            changes["keyless"] = True
+        elif info is not None and info.key_envs:
+            changes["credentials"] = tuple(Credential.from_env(e) for e in info.key_envs)
+        else:
+            near = registry.suggest(t.provider, extra) if info is None else None
+            hint = f" (did you mean {near!r}?)" if near else ""
+            whose = (
+                f"provider {t.provider!r} has no key variable in the registry"
+                if info is not None
+                else f"{t.provider!r} is not a known provider{hint}"
+            )
+            ps.add(
+                f"{where}.key_env",
+                _MISSING,
+                "missing: no credential: give key_env, key_envs, api_key or api_keys, or "
+                f"keyless = true for a local server that takes no key ({whose}; known "
+                f"providers: {_known_list(extra)})",
+            )
+    return attrs.evolve(t, **changes) if changes else t
 
 
 @attrs.frozen(slots=True)
@@ -259,6 +332,10 @@ def _check_seconds(ps: _Problems, name: str, v: object, positive: bool = False) 
         ps.add(name, v, f"must be a finite number of seconds {'> 0' if positive else '>= 0'}")
 
 
+def _provider_map(value: Mapping[str, Provider] | None) -> dict[str, Provider]:
+    return dict(value or {})
+
+
 def _rules_converter(value: Mapping[Any, Any] | None) -> Mapping[OutcomeKind, Rule]:
     merged: dict[OutcomeKind, Rule] = dict(DEFAULT_RULES)
     if value:
@@ -287,6 +364,9 @@ class Policy:
     continue_streams: bool = False
     cooldown: Cooldown = attrs.field(factory=Cooldown)
     rules: Mapping[OutcomeKind, Rule] = attrs.field(factory=dict, converter=_rules_converter)
+    #: The policy's own provider registry entries (``[providers.<name>]``): they add
+    #: to, or replace, the built-in ones of `fsm.registry` for this policy.
+    providers: Mapping[str, Provider] = attrs.field(factory=dict, converter=_provider_map)
     #: What is built once per policy (its declaration, compiled tables): lives and dies
     #: with the policy, never keyed by id().
     memo: dict[str, object] = attrs.field(
@@ -297,11 +377,20 @@ class Policy:
         ps = _Problems()
         if not self.targets:
             ps.add("targets", self.targets, "the chain needs at least one target (the primary)")
+        for name, entry in self.providers.items():
+            if not isinstance(entry, Provider) or entry.name != name:
+                ps.add(
+                    f"providers.{name}", entry, f"must be an fsm.registry.Provider named {name!r}"
+                )
+            elif entry.base_url is None or not _URL.match(entry.base_url):
+                ps.add(f"providers.{name}.base_url", entry.base_url, "must be an http(s) URL")
+        extra = {k: v for k, v in self.providers.items() if isinstance(v, Provider)}
         fixed = []
         for i, t in enumerate(self.targets):
             if not isinstance(t, Target):
                 ps.add(f"targets[{i}]", t, "must be a Target")
                 continue
+            t = resolve_target(t, extra, ps, f"targets[{i}]")
             fixed.append(t if t.index == i else attrs.evolve(t, index=i))
         object.__setattr__(self, "targets", tuple(fixed))
         for name in ("max_attempts", "transport_faults_before_recovery"):
@@ -325,6 +414,10 @@ class Policy:
     # -- derived facts the machine reads -------------------------------------------------
     def rule(self, kind: OutcomeKind) -> Rule:
         return self.rules[kind]
+
+    def provider(self, target: Target) -> Provider | None:
+        """The registry entry of `target`'s provider (the policy's own first), if any."""
+        return registry.lookup(target.provider, self.providers)
 
     @property
     def fallbacks(self) -> tuple[Target, ...]:
@@ -417,11 +510,12 @@ def _init_fields(cls: type) -> tuple[str, ...]:
 # Each field is named once, on its class; the dict shape is derived from them.
 _CREDENTIAL_KEYS = ("key_env", "key_envs", "api_key", "api_keys")
 _TARGET_KEYS = {*_init_fields(Target), *_CREDENTIAL_KEYS} - {"credentials", "index"}
-_NESTED = ("targets", "backoff", "cooldown", "rules")
+_NESTED = ("targets", "backoff", "cooldown", "rules", "providers")
 _SCALARS = tuple(f for f in _init_fields(Policy) if f not in _NESTED)
 _POLICY_KEYS = {"primary", "fallback_providers", *_init_fields(Policy)}
 _RULE_FIELDS = _init_fields(Rule)
 _SECRET_KEYS = {"api_key", "api_keys"}
+_PROVIDER_KEYS = ("base_url", "key_env", "key_envs", "keyless")
 
 
 def _unknown(ps: _Problems, data: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
@@ -433,9 +527,57 @@ def _unknown(ps: _Problems, data: Mapping[str, Any], allowed: Iterable[str], whe
             ps.add(f"{where}{k}" if where else str(k), _MISSING, f"unknown field{hint}")
 
 
-def _target_from_dict(data: Any, path: str, ps: _Problems) -> Target | None:
+def _providers_from_dict(raw: Any, ps: _Problems) -> dict[str, Provider]:
+    """The ``[providers.<name>]`` tables: new providers, or fields of known ones replaced."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        ps.add("providers", raw, "must be a table of [providers.<name>] tables")
+        return {}
+    out: dict[str, Provider] = {}
+    for name, spec in raw.items():
+        path = f"providers.{name}"
+        if not isinstance(spec, Mapping):
+            ps.add(path, spec, f"must be a table of {', '.join(_PROVIDER_KEYS)}")
+            continue
+        n = len(ps.items)
+        _unknown(ps, spec, _PROVIDER_KEYS, f"{path}.")
+        base_url = spec.get("base_url")
+        if base_url is not None and not (isinstance(base_url, str) and _URL.match(base_url)):
+            ps.add(f"{path}.base_url", base_url, "must be an http:// or https:// URL")
+        elif base_url is None and name not in registry.PROVIDERS:
+            ps.add(
+                f"{path}.base_url",
+                _MISSING,
+                "missing (required for a provider fallgate does not know; known: "
+                f"{_known_list(None)})",
+            )
+        given_envs = "key_env" in spec or "key_envs" in spec
+        envs = list(_as_list(spec.get("key_env"))) + list(_as_list(spec.get("key_envs")))
+        for e in envs:
+            if not isinstance(e, str) or not _ENV_NAME.match(e):
+                ps.add(f"{path}.key_env", e, "must be an environment variable name")
+        keyless = spec.get("keyless")
+        if keyless is not None and not isinstance(keyless, bool):
+            ps.add(f"{path}.keyless", keyless, "must be true or false")
+        elif keyless and envs:
+            ps.add(f"{path}.keyless", True, "a keyless provider takes no key_env")
+        if len(ps.items) > n:
+            continue
+        out[str(name)] = registry.merge(
+            str(name),
+            base_url=base_url,
+            key_envs=envs if given_envs else (() if keyless else None),
+            keyless=keyless,
+        )
+    return out
+
+
+def _target_from_dict(
+    data: Any, path: str, ps: _Problems, extra: Mapping[str, Provider] | None = None
+) -> Target | None:
     if not isinstance(data, Mapping):
-        ps.add(path, data, "must be a table with provider, model, base_url, key_env|api_key")
+        ps.add(path, data, "must be a table with provider, model (base_url, key_env|api_key)")
         return None
     _unknown(ps, data, _TARGET_KEYS, f"{path}.")
     creds: list[Credential] = []
@@ -462,8 +604,13 @@ def _target_from_dict(data: Any, path: str, ps: _Problems) -> Target | None:
             context_length=data.get("context_length"),
             credentials=tuple(creds),
             rotation=data.get("rotation", "fill_first"),
+            keyless=data.get("keyless", False),
         )
-        return None if missing else target
+        if missing:
+            return None
+        n = len(ps.items)
+        target = resolve_target(target, extra, ps, path, credentials_given=bool(envs or keys))
+        return None if len(ps.items) > n else target
     except PolicyError as e:
         ps.extend(e, path)
         return None
@@ -495,11 +642,16 @@ def _sub(
         return cls()
 
 
+#: Stands in for the chain while the other fields are validated (see _policy_from_dict).
+_PLACEHOLDER_TARGET = Target("placeholder", "placeholder", "http://placeholder", keyless=True)
+
+
 def _policy_from_dict(data: Mapping[str, Any]) -> Policy:
     ps = _Problems()
     if not isinstance(data, Mapping):
         raise PolicyError([Problem("<policy>", _short_repr(data), "must be a table/dict")])
     _unknown(ps, data, _POLICY_KEYS, "")
+    extra = _providers_from_dict(data.get("providers"), ps)
     targets: list[Target | None] = []
     if "targets" in data:
         if "primary" in data:
@@ -508,16 +660,18 @@ def _policy_from_dict(data: Mapping[str, Any]) -> Policy:
         if not isinstance(raw, list):
             ps.add("targets", raw, "must be a list of tables")
         else:
-            targets += [_target_from_dict(t, f"targets[{i}]", ps) for i, t in enumerate(raw)]
+            targets += [_target_from_dict(t, f"targets[{i}]", ps, extra) for i, t in enumerate(raw)]
     elif "primary" in data:
-        targets.append(_target_from_dict(data["primary"], "primary", ps))
+        targets.append(_target_from_dict(data["primary"], "primary", ps, extra))
     else:
         ps.add("primary", _MISSING, "missing (required): the primary target")
     fb = data.get("fallback_providers", [])
     if not isinstance(fb, list):
         ps.add("fallback_providers", fb, "must be a list of tables")
     else:
-        targets += [_target_from_dict(t, f"fallback_providers[{i}]", ps) for i, t in enumerate(fb)]
+        targets += [
+            _target_from_dict(t, f"fallback_providers[{i}]", ps, extra) for i, t in enumerate(fb)
+        ]
     backoff = _sub(ps, data, "backoff", Backoff, _init_fields(Backoff))
     cooldown = _sub(ps, data, "cooldown", Cooldown, _init_fields(Cooldown))
     rules: dict[Any, Rule] = {}
@@ -546,10 +700,11 @@ def _policy_from_dict(data: Mapping[str, Any]) -> Policy:
         # Validate the scalars too so that one error lists everything.
         try:
             Policy(
-                targets=good_targets or [Target("x", "x")],
+                targets=good_targets or [_PLACEHOLDER_TARGET],
                 backoff=backoff,
                 cooldown=cooldown,
                 rules=rules,
+                providers=extra,
                 **scalars,
             )
         except PolicyError as e:
@@ -557,7 +712,12 @@ def _policy_from_dict(data: Mapping[str, Any]) -> Policy:
         ps.raise_if_any()
     try:
         return Policy(
-            targets=good_targets, backoff=backoff, cooldown=cooldown, rules=rules, **scalars
+            targets=good_targets,
+            backoff=backoff,
+            cooldown=cooldown,
+            rules=rules,
+            providers=extra,
+            **scalars,
         )
     except PolicyError as e:
         ps.items += list(e.problems)

@@ -49,6 +49,11 @@ def check_completion(reply: Any) -> None:
         raise _malformed("a chat completion", reply)
     choices = getattr(reply, "choices", None)
     if not isinstance(choices, list) or not choices:
+        error = getattr(reply, "error", None)
+        if isinstance(error, dict) and error:
+            # A 200 that reports a failure in its body (OpenRouter does, once the model
+            # has started): classified by its error object, like a stream error event.
+            raise FailedReply(error)
         raise MalformedReply("a chat completion without choices")
     if all(getattr(c, "finish_reason", None) == "content_filter" for c in choices):
         raise content_filter_error(reply)

@@ -6,6 +6,11 @@ exception shapes and the few things that exist nowhere else: `x-should-retry`,
 malformed 2xx replies, stream error events, clients that could not be built,
 and streams that broke after the caller already had text.
 
+Given the target's registry entry (`fsm.registry.Provider`), its quirks come
+first: a provider's own error codes (z.ai's ``1113`` is an account in
+arrears: quota, although the status says 429) and statuses that mean
+something else there (Groq's 498, OpenRouter's 403).
+
 Details never hold a key: the key the request carried (taken from its
 ``Authorization`` header) and anything that looks like a key are scrubbed.
 """
@@ -18,17 +23,18 @@ import json
 import re
 import ssl
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 import anyio
 import openai
 import pydantic
 
-from ..fsm import Outcome, OutcomeKind
+from ..fsm import Outcome, OutcomeKind, Policy, Target
 from ..fsm.classify import body_kind, classify_exception, classify_status
 from ..fsm.errors import MissingCredential
 from ..fsm.redact import redact
+from ..fsm.registry import Provider
 from . import transport
 
 __all__ = [
@@ -36,6 +42,7 @@ __all__ = [
     "FailedReply",
     "MalformedReply",
     "StreamInterrupted",
+    "classifier_for",
     "classify_openai",
     "content_filter_error",
 ]
@@ -196,14 +203,17 @@ def _transport_types() -> tuple[type[BaseException], ...]:
 # -- the classifier ----------------------------------------------------------------------------
 
 
-def classify_openai(e: BaseException, *, now: float | None = None) -> Outcome:
+def classify_openai(
+    e: BaseException, *, now: float | None = None, provider: Provider | None = None
+) -> Outcome:
     """Map one exception from an SDK call (or our own adapter) to an `Outcome`.
 
     `now` is the wall-clock time used for HTTP-date Retry-After values
-    (defaults to `time.time()`).
+    (defaults to `time.time()`); `provider` is the registry entry of the target
+    the attempt went to, whose quirks are read first.
     """
     secrets = _request_secret(e)
-    o = _classify(e, time.time() if now is None else now)
+    o = _classify(e, time.time() if now is None else now, provider)
     detail = scrub(o.detail, secrets)
     if len(detail) > _DETAIL_MAX:
         detail = detail[: _DETAIL_MAX - 3] + "..."
@@ -218,11 +228,24 @@ def classify_openai(e: BaseException, *, now: float | None = None) -> Outcome:
     )
 
 
-def _classify(e: BaseException, now: float) -> Outcome:
+def classifier_for(
+    policy: Policy, current: Callable[[], Target | None]
+) -> Callable[[BaseException], Outcome]:
+    """`classify_openai` with the quirks of the provider `current()` names (the target
+    of the attempt that just failed)."""
+
+    def classify(e: BaseException) -> Outcome:
+        target = current()
+        return classify_openai(e, provider=None if target is None else policy.provider(target))
+
+    return classify
+
+
+def _classify(e: BaseException, now: float, provider: Provider | None = None) -> Outcome:
     if isinstance(e, asyncio.CancelledError | KeyboardInterrupt):
         return Outcome(OutcomeKind.CANCELLED, detail="cancelled")
     if isinstance(e, StreamInterrupted):
-        return _interrupted(e, now)
+        return _interrupted(e, now, provider)
     if isinstance(e, MissingCredential):
         # retry_after=0: the credential is spent for this turn but not benched across
         # turns, so setting the variable takes effect on the very next turn.
@@ -232,7 +255,7 @@ def _classify(e: BaseException, now: float) -> Outcome:
     if isinstance(e, MalformedReply):
         return Outcome(OutcomeKind.OVERLOADED, status=e.status, detail=str(e))
     if isinstance(e, openai.APIStatusError):
-        return _status_error(e, now)
+        return _status_error(e, now, provider)
     if isinstance(e, openai.APIResponseValidationError):
         return Outcome(
             OutcomeKind.OVERLOADED,
@@ -251,9 +274,9 @@ def _classify(e: BaseException, now: float) -> Outcome:
         return Outcome(OutcomeKind.BAD_REQUEST, detail="reply cut at the output token limit")
     if isinstance(e, openai.APIError):
         # No status: an error event inside a stream, or the SDK's own complaint.
-        return _error_event(e.body if e.body is not None else e.message, str(e), now)
+        return _error_event(e.body if e.body is not None else e.message, str(e), now, provider)
     if isinstance(e, FailedReply):
-        return _error_event(dict(e.error), str(e), now, "failed reply")
+        return _error_event(dict(e.error), str(e), now, provider, "failed reply")
     if isinstance(e, _timeout_types()):
         return Outcome(OutcomeKind.TRANSPORT, detail=f"timeout ({type(e).__name__})")
     if isinstance(e, _transport_types()):
@@ -283,13 +306,44 @@ def _headers(e: openai.APIStatusError) -> dict[str, str]:
         return {}
 
 
-def _status_error(e: openai.APIStatusError, now: float) -> Outcome:
+def _error_codes(body: Any) -> list[object]:
+    """The ``code``, ``type`` and ``status`` of an error body (the SDK hands over the
+    inner ``error`` object, or the text when it is not JSON; Gemini's compatibility
+    endpoint answers a list of one error)."""
+    obj = body
+    if isinstance(obj, str | bytes):
+        try:
+            obj = json.loads(obj)
+        except ValueError:
+            return []
+    if isinstance(obj, list) and obj:
+        obj = obj[0]
+    if isinstance(obj, Mapping) and isinstance(obj.get("error"), Mapping):
+        obj = obj["error"]
+    if not isinstance(obj, Mapping):
+        return []
+    return [obj.get("code"), obj.get("type"), obj.get("status")]
+
+
+def _quirk(
+    provider: Provider | None, status: int | None, body: Any, kind: OutcomeKind, detail: str
+) -> tuple[OutcomeKind, str]:
+    """The provider's own reading of an error, when it has one."""
+    if provider is None:
+        return kind, detail
+    quirk = provider.quirk(status, _error_codes(body))
+    if quirk is None or quirk is kind:
+        return kind, detail
+    return quirk, f"{detail} ({provider.name}: {quirk.value})"
+
+
+def _status_error(e: openai.APIStatusError, now: float, provider: Provider | None) -> Outcome:
     headers = _headers(e)
     body: Any = e.body
     if body is None or body == "":
         body = e.message
     o = classify_status(e.status_code, headers, body, now=now)
-    kind, detail = o.kind, o.detail
+    kind, detail = _quirk(provider, e.status_code, body, o.kind, o.detail)
     should = headers.get("x-should-retry", "").strip().lower()
     if should == "true" and kind is OutcomeKind.BAD_REQUEST:
         kind = OutcomeKind.OVERLOADED
@@ -302,7 +356,13 @@ def _status_error(e: openai.APIStatusError, now: float) -> Outcome:
     return Outcome(kind, status=o.status, retry_after=o.retry_after, detail=detail)
 
 
-def _error_event(body: Any, message: str, now: float, what: str = "error event") -> Outcome:
+def _error_event(
+    body: Any,
+    message: str,
+    now: float,
+    provider: Provider | None = None,
+    what: str = "error event",
+) -> Outcome:
     """An `error` object without an HTTP status (an SSE error event, a failed response)."""
     text = json.dumps(body) if isinstance(body, Mapping | list) else str(body)
     hint = body_kind(text)
@@ -310,7 +370,12 @@ def _error_event(body: Any, message: str, now: float, what: str = "error event")
     status = code if isinstance(code, int) and 100 <= code <= 599 else None
     if status is not None:
         o = classify_status(status, None, body, now=now)
-        return Outcome(o.kind, status=status, retry_after=o.retry_after, detail=o.detail)
+        kind, detail = _quirk(provider, status, body, o.kind, o.detail)
+        return Outcome(kind, status=status, retry_after=o.retry_after, detail=detail)
+    quirk = None if provider is None else provider.quirk(None, _error_codes(body))
+    if quirk is not None and provider is not None:
+        detail = f"{what}: {_one_line_text(message)} ({provider.name}: {quirk.value})"
+        return Outcome(quirk, detail=detail)
     low = text.lower()
     if hint is not None:
         kind = hint
@@ -321,11 +386,11 @@ def _error_event(body: Any, message: str, now: float, what: str = "error event")
     return Outcome(kind, detail=f"{what}: {_one_line_text(message)}")
 
 
-def _interrupted(e: StreamInterrupted, now: float) -> Outcome:
+def _interrupted(e: StreamInterrupted, now: float, provider: Provider | None) -> Outcome:
     why = ": stream ended before its finish_reason"
     status = None
     if e.cause is not None:
-        inner = _classify(e.cause, now)
+        inner = _classify(e.cause, now, provider)
         why = f": {inner.kind.value}" + (f" ({inner.detail})" if inner.detail else "")
         status = inner.status
     return Outcome(

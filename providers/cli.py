@@ -1,4 +1,4 @@
-"""The `fallgate` command line: demo, diagram, check, serve.
+"""The `fallgate` command line: demo, diagram, check, serve, providers.
 
 Every failure a user can cause (a bad argument, a missing or malformed file,
 an invalid policy, a missing system tool) ends with a short message on stderr
@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..fsm import Policy, PolicyError, diagram
+from ..fsm import Policy, PolicyError, diagram, registry
 from ..fsm.machine import declare
 from ..fsm.trace import TraceEvent, from_jsonl
 
@@ -206,6 +206,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"cannot serve on {args.host}:{args.port}: {e.strerror or e}") from None
 
 
+def providers_report(extra: dict[str, registry.Provider] | None = None) -> list[dict[str, Any]]:
+    """The registry (and a policy's own entries) as rows: endpoint, key variables and
+    whether each is set in this environment. A variable's value is never read out."""
+    rows = []
+    for name in registry.known(extra):
+        p = registry.lookup(name, extra)
+        assert p is not None
+        row = p.as_dict()
+        row["source"] = "policy" if extra and name in extra else "built-in"
+        row["key_envs"] = [
+            {"name": k, "set": bool(os.environ.get(k, "").strip())} for k in p.key_envs
+        ]
+        rows.append(row)
+    return rows
+
+
+def cmd_providers(args: argparse.Namespace) -> int:
+    extra = dict(load_policy(args.policy).providers) if args.policy else None
+    rows = providers_report(extra)
+    if args.json:
+        print(json.dumps({"providers": rows}, indent=2))
+        return OK
+    table = [("provider", "base_url", "key variables")]
+    for r in rows:
+        keys = ", ".join(f"{k['name']} ({'set' if k['set'] else 'not set'})" for k in r["key_envs"])
+        name = r["name"] + (" *" if r["source"] == "policy" else "")
+        table.append((name, r["base_url"] or "-", keys or "none (keyless)"))
+    widths = [max(len(row[i]) for row in table) for i in range(2)]
+    for row in table:
+        print(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]}")
+    if extra:
+        print(f"* from {args.policy}")
+    return OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     demo = importlib.import_module("fallgate.providers.demo")
     return int(demo.demo_main(as_json=args.json, out=Path(args.out), diagrams=not args.no_diagrams))
@@ -238,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  fallgate diagram policy.toml -o machine.svg\n"
             "  fallgate diagram --trace turn.jsonl    # highlight the path of a turn\n"
             "  fallgate check policy.toml\n"
+            "  fallgate providers                     # known providers, which keys are set\n"
             "  fallgate serve --script faults.toml --port 8080\n\n"
             "Run `fallgate COMMAND --help` for the options of each command."
         ),
@@ -340,6 +376,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=_port, default=8080, help="port to listen on (default: %(default)s)"
     )
     p.set_defaults(run=cmd_serve)
+
+    p = sub.add_parser(
+        "providers",
+        help="list the known providers: base_url, key variables, whether each is set",
+        formatter_class=fmt,
+        description=(
+            "Lists the provider registry a policy's targets resolve against: each\n"
+            "provider's default base_url and the environment variables its keys are\n"
+            "read from, and whether each variable is set here (never its value).\n"
+            "With POLICY.toml, its [providers.<name>] entries are included (marked *)."
+        ),
+    )
+    p.add_argument("policy", nargs="?", metavar="POLICY.toml", help="policy file (TOML)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"providers": [{"name", "base_url", "key_envs": [{"name", "set"}], '
+        '"keyless", "error_codes", "status_kinds", "errors_in_2xx", "notes", "docs", '
+        '"source"}, ...]}',
+    )
+    p.set_defaults(run=cmd_providers)
     return parser
 
 

@@ -33,7 +33,7 @@ from ..fsm.clock import Clock
 from ..fsm.turn import Hook
 from .calls import CHAT_CREATE, Call, Op, prepare
 from .chain import Chains
-from .classify import classify_openai
+from .classify import classifier_for
 from .pools import (
     AsyncClientFactory,
     AsyncClientPool,
@@ -67,6 +67,8 @@ _REFUSED = {
     "base_url": "each target has its own base_url in the policy",
     "http_client": "give Fallgate a client_factory= instead",
 }
+#: `with_options` arguments that the SDK sends as a header (option, header).
+_ASKED_HEADERS = (("organization", "OpenAI-Organization"), ("project", "OpenAI-Project"))
 #: The SDK's own `with_options` arguments (whichever openai is installed).
 _SDK_OPTIONS = frozenset(
     name for name in inspect.signature(openai.OpenAI.copy).parameters if name != "self"
@@ -107,8 +109,17 @@ class _Base:
         self._client_options: dict[str, Any] = {}
 
     def _configured(self, client: Any) -> Any:
-        """The attempt's client with this wrapper's ``with_options`` applied."""
-        return client.with_options(**self._client_options) if self._client_options else client
+        """The attempt's client with this wrapper's ``with_options`` applied. An
+        ``organization`` / ``project`` given here is also sent as its header: the
+        factories mask those headers (`providers.pools.client_arguments`) so that the
+        SDK's OPENAI_ORG_ID / OPENAI_PROJECT_ID never reach another provider."""
+        opts = self._client_options
+        if not opts:
+            return client
+        asked = {h: opts[o] for o, h in _ASKED_HEADERS if isinstance(opts.get(o), str)}
+        if asked:
+            opts = {**opts, "default_headers": {**(opts.get("default_headers") or {}), **asked}}
+        return client.with_options(**opts)
 
     def _derive(self: G, options: Mapping[str, Any]) -> G:
         """`with_options`: a wrapper sharing policy, health store and client pools."""
@@ -249,7 +260,7 @@ class Fallgate(_Base):
                 call.policy,
                 attempt,
                 rebuild=self._pool.rebuild,
-                classify=classify_openai,
+                classify=classifier_for(call.policy, lambda: ledger.target),
                 health=self.health,
                 on_transition=self.on_transition,
                 clock=self.clock,
@@ -357,7 +368,7 @@ class AsyncFallgate(_Base):
                 call.policy,
                 attempt,
                 rebuild=self._pool.rebuild,
-                classify=classify_openai,
+                classify=classifier_for(call.policy, lambda: ledger.target),
                 health=self.health,
                 on_transition=self.on_transition,
                 clock=self.clock,

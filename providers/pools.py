@@ -5,6 +5,12 @@ variable gets a fresh client on the next attempt, a missing one raises
 `fsm.MissingCredential` naming the variable. Every client is made with the
 SDK's own retries off (`max_retries=0`), so retries never multiply.
 
+The default factories never let the SDK pick an endpoint, a key or headers
+from its own environment defaults (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``,
+``OPENAI_CUSTOM_HEADERS``; ``OPENAI_ORG_ID`` / ``OPENAI_PROJECT_ID`` anywhere
+but OpenAI's own endpoint): `client_arguments` passes the target's base_url
+and key explicitly, and `check_client` verifies what the SDK made of them.
+
 Clients are shared by concurrent turns, so "close and recreate" (transport
 recovery, a key change) *retires* a client: new attempts get a fresh one at
 once, and the old one is closed when its last in-flight request lets go of it.
@@ -14,9 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit
 
 import attrs
 import openai
@@ -38,37 +46,98 @@ __all__ = [
     "ClientFactory",
     "ClientPool",
     "async_openai_factory",
+    "check_client",
+    "client_arguments",
     "openai_factory",
     "shared_ssl_context",
 ]
 
+#: Hosts where the SDK's OPENAI_ORG_ID / OPENAI_PROJECT_ID headers mean something.
+_OPENAI_HOSTS = frozenset({"api.openai.com"})
+
+
+def _ambient_header_names() -> list[str]:
+    """The header names the SDK would add from ``OPENAI_CUSTOM_HEADERS`` (openai 3.x
+    reads it: ``Name: value`` per line; its ``Authorization`` would replace the key)."""
+    text = os.environ.get("OPENAI_CUSTOM_HEADERS") or ""
+    return [line.split(":", 1)[0].strip() for line in text.splitlines() if ":" in line]
+
+
+def client_arguments(target: Target, api_key: str) -> dict[str, Any]:
+    """The SDK constructor arguments that make `target`'s endpoint and key explicit.
+
+    The SDK fills what it is not given from its environment: ``base_url=None``
+    means ``OPENAI_BASE_URL`` (else api.openai.com), a missing key means
+    ``OPENAI_API_KEY``, and openai 3.x adds ``OPENAI_CUSTOM_HEADERS`` (whose
+    ``Authorization`` wins over the key). So a target without a base_url, or
+    an empty key, is refused here, and the headers the environment would add
+    are masked (`openai.Omit`), as are the organization and project headers
+    for anything but OpenAI's own endpoint.
+    """
+    if not isinstance(target.base_url, str) or not target.base_url:
+        raise ValueError(
+            f"target {target.name} ({target.provider}) has no base_url: refusing to let the "
+            "SDK pick its default endpoint (OPENAI_BASE_URL / api.openai.com)"
+        )
+    if not isinstance(api_key, str) or not api_key:
+        raise ValueError(
+            f"target {target.name} ({target.provider}) has an empty key: refusing to let the "
+            "SDK read OPENAI_API_KEY"
+        )
+    omit = openai.Omit()
+    headers: dict[str, Any] = {name: omit for name in _ambient_header_names()}
+    if urlsplit(target.base_url).hostname not in _OPENAI_HOSTS:
+        headers["OpenAI-Organization"] = omit
+        headers["OpenAI-Project"] = omit
+    headers["Authorization"] = f"Bearer {api_key}"
+    return {"api_key": api_key, "base_url": target.base_url, "default_headers": headers}
+
+
+def check_client(client: Any, target: Target, api_key: str) -> None:
+    """Raises unless `client` talks to `target`'s base_url with `api_key` (what the
+    SDK made of `client_arguments`; a mismatch would send the prompt elsewhere)."""
+    got = str(client.base_url).rstrip("/")
+    want = str(target.base_url).rstrip("/")
+    if got != want or client.api_key != api_key:
+        raise ValueError(
+            f"the SDK client for target {target.name} points at {got!r}, not {want!r} "
+            "(or carries another key): refusing to send"
+        )
+
 
 def openai_factory(timeout: float) -> ClientFactory:
-    """The default sync factory: `openai.OpenAI` at the target's base_url, no SDK retries."""
+    """The default sync factory: `openai.OpenAI` at the target's base_url with its key
+    (nothing taken from the SDK's environment defaults), no SDK retries."""
 
     def build(target: Target, api_key: str) -> openai.OpenAI:
-        return openai.OpenAI(
-            api_key=api_key,
-            base_url=target.base_url,
+        client = openai.OpenAI(
+            **client_arguments(target, api_key),
             max_retries=0,
             timeout=timeout,
             http_client=transport.sync_http_client(timeout),
         )
+        try:
+            check_client(client, target, api_key)
+        except ValueError:
+            client.close()
+            raise
+        return client
 
     return build
 
 
 def async_openai_factory(timeout: float) -> AsyncClientFactory:
-    """The default async factory: `openai.AsyncOpenAI`, no SDK retries."""
+    """The default async factory: `openai.AsyncOpenAI`, same rules as `openai_factory`."""
 
     def build(target: Target, api_key: str) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=target.base_url,
+        client = openai.AsyncOpenAI(
+            **client_arguments(target, api_key),
             max_retries=0,
             timeout=timeout,
             http_client=transport.async_http_client(timeout),
         )
+        check_client(client, target, api_key)  # nothing to close yet: no request was made
+        return client
 
     return build
 

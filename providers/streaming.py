@@ -29,7 +29,7 @@ from ..fsm.drivers import _Step
 from ..fsm.host import ahost_loop, host_loop
 from ..fsm.trace import TraceEvent
 from .calls import Call
-from .classify import classify_openai
+from .classify import classifier_for
 from .deliveries import delivery_for
 from .usage import AttemptUsage, GateResult, Ledger, Usage
 
@@ -52,9 +52,10 @@ class _StreamBase(Generic[E]):
         self._call = call
         self._delivery = delivery_for(call.op.streams)
         self._ledger = Ledger()
+        ledger = self._ledger
         self._step = _Step(
             call.policy,
-            classify_openai,
+            classifier_for(call.policy, lambda: ledger.target),
             gate.health,
             gate.on_transition,
             gate.clock,

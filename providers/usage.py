@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from ..fsm import TurnResult
+from ..fsm import Target, TurnResult
 from ..fsm.actions import Attempt
 
 __all__ = ["AttemptUsage", "GateResult", "Ledger", "Usage", "total", "usage_of"]
@@ -116,13 +116,16 @@ class GateResult(TurnResult):
 class Ledger:
     """The attempts of one turn as they happen (one turn: no locking needed)."""
 
-    __slots__ = ("attempts",)
+    __slots__ = ("attempts", "target")
 
     def __init__(self) -> None:
         self.attempts: list[AttemptUsage] = []
+        #: The target of the latest attempt (whose provider's quirks classify its failure).
+        self.target: Target | None = None
 
     def begin(self, a: Attempt) -> None:
         self.attempts.append(AttemptUsage(a.target.name, a.target.model, None))
+        self.target = a.target
 
     def note(self, usage: Usage | None) -> None:
         """What the current attempt reported (the latest report wins: some providers

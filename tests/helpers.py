@@ -6,8 +6,10 @@
     chain("a", {"model": "b", "key_env": "FG_KEY"})    # a dict sets any target field
     chain("a", "b", server=fault_server)               # both served by the fault server
 
-Entry `i` gets provider ``p{i}`` (override with ``provider=``, which may use ``{i}``) and,
-unless its dict names credentials, ``keys`` made-up API keys (`key(i, k)`, all between
+Entry `i` gets provider ``p{i}`` (override with ``provider=``, which may use ``{i}``), a
+made-up base_url ``https://p{i}.test/v1`` when its provider is not a known one (a
+policy's endpoints are always explicit) and, unless its dict names credentials, ``keys``
+made-up API keys (`key(i, k)`, all between
 `KEY_PREFIX` and `KEY_TAIL`, so a test can assert that no key leaked). Every other keyword is a
 policy field (``max_attempts=2``, ``rules={...}``). The result goes through
 `Policy.from_dict`, so it is validated exactly like a user's policy.
@@ -19,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fallgate.fsm import Policy
+from fallgate.fsm.registry import PROVIDERS
 
 #: Every made-up key starts with KEY_PREFIX and ends with KEY_TAIL: a text holding
 #: neither shows no key, not even a partly masked one ("sk-...0f1e2d3c4b5a").
@@ -61,7 +64,9 @@ def target(
     if base_url is not None:
         entry["base_url"] = base_url
     entry.update(fields)
-    if not any(field in entry for field in _CREDENTIALS):
+    if "base_url" not in entry and entry["provider"] not in PROVIDERS:
+        entry["base_url"] = f"https://{entry['provider']}.test/v1"
+    if not any(field in entry for field in _CREDENTIALS) and not entry.get("keyless"):
         entry["api_keys"] = [key(i, k) for k in range(keys)]
     return entry
 

@@ -82,7 +82,9 @@ def test_check_main_reads_a_policy_file(capsys, tmp_path):
     good = tmp_path / "p.toml"
     good.write_text(
         'max_attempts = 2\n[primary]\nprovider = "a"\nmodel = "a"\nkey_env = "A_KEY"\n'
+        'base_url = "https://a.test/v1"\n'
         '[[fallback_providers]]\nprovider = "b"\nmodel = "b"\napi_key = "sk-b-secret-1"\n'
+        'base_url = "https://b.test/v1"\n'
     )
     assert check_main(str(good), True) == 0
     out = capsys.readouterr().out

@@ -38,6 +38,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
         (["demo"], ["--json", "--out", "fault server", "openai"]),
         (["diagram"], ["--format", "--trace", "--output", "mermaid", "svg", "Graphviz"]),
         (["check"], ["--json", "properties", "shortest"]),
+        (["providers"], ["--json", "base_url", "never its value", "[providers.<name>]"]),
         (["serve"], ["--script", "--port", "--host", "Ctrl-C"]),
     ],
 )
@@ -133,8 +134,8 @@ def test_bad_toml_names_the_file(capsys, tmp_path):
 def test_an_invalid_policy_names_each_field_value_and_line(capsys, tmp_path):
     bad = tmp_path / "p.toml"
     bad.write_text(
-        'max_attempts = 0\n[primary]\nprovider = "x"\nmodel = "y"\napi_key = "sk-SECRET-123456"\n'
-        'rotation = "random"\n'
+        'max_attempts = 0\n[primary]\nprovider = "openai"\nmodel = "y"\n'
+        'api_key = "sk-SECRET-123456"\nrotation = "random"\n'
     )
     code, _, err = run(capsys, "diagram", str(bad))
     assert code == 1
@@ -187,7 +188,9 @@ def test_check_model_checks_a_small_policy(capsys, tmp_path):
     small = tmp_path / "p.toml"
     small.write_text(
         'max_attempts = 1\n[primary]\nprovider = "a"\nmodel = "a"\nkey_env = "A_KEY"\n'
+        'base_url = "https://a.test/v1"\n'
         '[[fallback_providers]]\nprovider = "b"\nmodel = "b"\nkey_env = "B_KEY"\n'
+        'base_url = "https://b.test/v1"\n'
     )
     code, out, _ = run(capsys, "check", str(small), "--json")
     assert code in (0, 1)
@@ -241,3 +244,65 @@ def test_serve_runs_the_fault_server_until_interrupted(tmp_path):
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     assert "requests: m x1" in out
+
+
+# -- providers ----------------------------------------------------------------------------------
+
+SECRET_VALUE = "sk-must-not-be-printed-7f3a9c"
+
+
+def test_providers_lists_the_registry_and_which_key_variables_are_set(capsys, monkeypatch):
+    monkeypatch.setenv("OPENROUTER_API_KEY", SECRET_VALUE)
+    monkeypatch.delenv("GROQ_API_KEY", raising=False)
+    code, out, err = run(capsys, "providers")
+    assert code == 0 and err == ""
+    lines = {line.split()[0]: line for line in out.splitlines()[1:]}
+    for name in ("openai", "openrouter", "zai", "groq", "anthropic", "gemini", "ollama", "vllm"):
+        assert name in lines, name
+    assert "https://openrouter.ai/api/v1" in lines["openrouter"]
+    assert "OPENROUTER_API_KEY (set)" in lines["openrouter"]
+    assert "GROQ_API_KEY (not set)" in lines["groq"]
+    assert "none (keyless)" in lines["ollama"]
+    assert SECRET_VALUE not in out and SECRET_VALUE[:12] not in out
+
+
+def test_providers_json_never_holds_a_value(capsys, monkeypatch):
+    monkeypatch.setenv("ZAI_API_KEY", SECRET_VALUE)
+    code, out, _ = run(capsys, "providers", "--json")
+    assert code == 0
+    assert SECRET_VALUE not in out
+    rows = {r["name"]: r for r in json.loads(out)["providers"]}
+    assert rows["zai"]["key_envs"] == [{"name": "ZAI_API_KEY", "set": True}]
+    assert rows["zai"]["error_codes"]["1113"] == "quota"
+    assert rows["zai"]["base_url"] == "https://api.z.ai/api/paas/v4"
+    assert rows["vllm"]["keyless"] is True and rows["vllm"]["key_envs"] == []
+    assert {r["source"] for r in rows.values()} == {"built-in"}
+
+
+def test_providers_with_a_policy_shows_its_own_entries(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("CORP_KEY", SECRET_VALUE)
+    f = tmp_path / "p.toml"
+    f.write_text(
+        '[primary]\nprovider = "corp"\nmodel = "m"\n'
+        '[providers.corp]\nbase_url = "https://llm.corp.example/v1"\nkey_env = "CORP_KEY"\n'
+        '[providers.zai]\nbase_url = "https://api.z.ai/api/coding/paas/v4"\n'
+    )
+    code, out, _ = run(capsys, "providers", str(f))
+    assert code == 0 and SECRET_VALUE not in out
+    lines = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert "https://llm.corp.example/v1" in lines["corp"] and "CORP_KEY (set)" in lines["corp"]
+    assert "api/coding/paas/v4" in lines["zai"]
+    assert f"* from {f}" in out
+    code, out, _ = run(capsys, "providers", str(f), "--json")
+    rows = {r["name"]: r for r in json.loads(out)["providers"]}
+    assert (rows["corp"]["source"], rows["zai"]["source"]) == ("policy", "policy")
+    assert rows["zai"]["error_codes"]["1113"] == "quota"  # an override keeps the quirks
+    assert rows["openai"]["source"] == "built-in"
+
+
+def test_providers_refuses_a_bad_policy_in_one_message(capsys, tmp_path):
+    f = tmp_path / "p.toml"
+    f.write_text('[primary]\nprovider = "opnrouter"\nmodel = "m"\n')
+    code, _, err = run(capsys, "providers", str(f))
+    assert code == 1
+    assert "line 2: primary.provider = 'opnrouter'" in err and "did you mean 'openrouter'" in err

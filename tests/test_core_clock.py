@@ -20,7 +20,10 @@ class Status(Exception):
 
 def one_target() -> Policy:
     return Policy.from_dict(
-        {"primary": {"provider": "p", "model": "m", "api_key": "sk-1234"}, "retry_after_cap": 60}
+        {
+            "primary": {"provider": "openai", "model": "m", "api_key": "sk-1234"},
+            "retry_after_cap": 60,
+        }
     )
 
 
@@ -95,8 +98,8 @@ def test_instant_waits_lets_time_pass_between_turns_so_cooldowns_end():
     health = HealthStore()
     two = Policy.from_dict(
         {
-            "primary": {"provider": "p", "model": "m0", "api_key": "sk-1234"},
-            "fallback_providers": [{"provider": "q", "model": "m1", "api_key": "sk-5678"}],
+            "primary": {"provider": "openai", "model": "m0", "api_key": "sk-1234"},
+            "fallback_providers": [{"provider": "groq", "model": "m1", "api_key": "sk-5678"}],
         }
     )
     models: list[str] = []

@@ -29,8 +29,8 @@ class RecordingClock(VirtualClock):
 def two_targets() -> Policy:
     return Policy.from_dict(
         {
-            "primary": {"provider": "p", "model": "m0", "api_key": "sk-primary-0000"},
-            "fallback_providers": [{"provider": "q", "model": "m1", "api_key": "sk-fallback-1"}],
+            "primary": {"provider": "openai", "model": "m0", "api_key": "sk-primary-0000"},
+            "fallback_providers": [{"provider": "groq", "model": "m1", "api_key": "sk-fallback-1"}],
             "max_attempts": 3,
         }
     )

@@ -36,7 +36,7 @@ def test_policy_validation_reads_the_traits_table():
     for kind in FAULT_KINDS:
         t = TRAITS[kind]
         rules = {"rotate": True} if not t.may_rotate else {"retry": True}
-        data: dict[str, Any] = {"primary": {"provider": "p", "model": "m"}}
+        data: dict[str, Any] = {"primary": {"provider": "openai", "model": "m"}}
         data["rules"] = {kind.value: rules}
         if t.may_rotate and t.may_retry:
             Policy.from_dict(data)  # allowed
@@ -63,7 +63,7 @@ class _Recorder:
 
 
 def _policy(**extra: Any) -> Policy:
-    keys = {"api_keys": ["sk-a-123456", "sk-b-123456"]}
+    keys = {"api_keys": ["sk-a-123456", "sk-b-123456"], "base_url": "https://p.test/v1"}
     return Policy.from_dict(
         {
             **extra,

@@ -67,6 +67,7 @@ def policies(draw: Any) -> Policy:
         same = i > 0 and draw(st.integers(0, 9)) == 0  # sometimes a duplicate chain entry
         t: dict[str, Any] = {
             "provider": "p0" if same else f"p{i}",
+            "base_url": "https://p0.test/v1" if same else f"https://p{i}.test/v1",
             "model": "m0" if same else f"m{i}",
             "api_keys": [f"sk-fuzz-{i}-{k}-9f8e7d" for k in range(draw(st.integers(1, 3)))],
             "rotation": draw(st.sampled_from(["fill_first", "round_robin"])),

@@ -59,8 +59,8 @@ def test_the_aids_play_a_script_file_and_an_outcome_sequence(tmp_path: Path) -> 
                 c.chat.completions.create(model="a", messages=[])
     policy = Policy.from_dict(
         {
-            "primary": {"provider": "p", "model": "a", "api_key": "sk-a"},
-            "fallback_providers": [{"provider": "p", "model": "b", "api_key": "sk-b"}],
+            "primary": {"provider": "openai", "model": "a", "api_key": "sk-a"},
+            "fallback_providers": [{"provider": "openai", "model": "b", "api_key": "sk-b"}],
         }
     )
     played = play(policy, ["rate_limited:30", "success"], clock=FakeClock())
