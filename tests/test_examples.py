@@ -58,8 +58,9 @@ def test_the_example_policy_loads_with_a_three_target_chain():
 
 def test_the_example_policy_shows_every_field():
     data = tomllib.loads(POLICY.read_text(encoding="utf-8"))
-    top = _fields(Policy) - {"targets"} | {"primary", "fallback_providers"}
+    top = _fields(Policy) - {"targets", "providers"} | {"primary", "fallback_providers"}
     assert set(data) == top
+    assert "# [providers.my-gateway]" in POLICY.read_text(encoding="utf-8")  # shown, not set
     target_keys = {"provider", "model", "base_url", "context_length", "rotation"}
     for entry in [data["primary"], *data["fallback_providers"]]:
         assert target_keys <= set(entry), entry
