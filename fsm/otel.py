@@ -32,6 +32,7 @@ the free texts (outcome details, failure summaries) are scrubbed with
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import weakref
@@ -123,6 +124,8 @@ def enabled() -> bool:
 
 
 _NO_SCOPE: Final = nullcontext()
+#: What the host loops answer by cancelling the turn (recorded as its end, `aborted`).
+_CANCELS: Final = (KeyboardInterrupt, GeneratorExit, asyncio.CancelledError)
 
 
 def attempt_scope(turn: _TurnBase) -> Any:
@@ -254,6 +257,8 @@ class Instruments:
             token = attach(observed.attempt_ctx)
             try:
                 return attempt(a)
+            except _CANCELS:
+                raise  # the host loop cancels the turn
             except BaseException as e:
                 observed.crashed(e)
                 raise
@@ -279,6 +284,8 @@ class Instruments:
             token = attach(observed.attempt_ctx)
             try:
                 return await attempt(a)
+            except _CANCELS:
+                raise  # the host loop cancels the turn
             except BaseException as e:
                 observed.crashed(e)
                 raise
@@ -344,16 +351,19 @@ class _Observed:
     """
 
     __slots__ = (
+        "attempt",
         "attempt_ctx",
         "attempt_span",
+        "closed",
         "describe",
         "facts",
+        "index",
         "input_tokens",
         "ins",
         "operation",
         "output_tokens",
         "pending",
-        "prev_target",
+        "recording",
         "s",
         "secrets",
         "seen",
@@ -384,13 +394,17 @@ class _Observed:
             name, kind = "fallgate.turn", ins.internal
         self.span = ins.tracer.start_span(name, kind=kind, attributes=attributes)
         self.turn_ctx = ins.trace.set_span_in_context(self.span)
+        #: False when the turn's trace is sampled out: then only metrics are recorded.
+        self.recording: bool = self.span.is_recording()
+        self.attempt: Attempt | None = None
         self.attempt_span: Any = None
         self.attempt_ctx: Any = None
         self.pending: tuple[str, Any] | None = None  # ("wait" | "rebuild", span)
         self.facts: AttemptFacts | None = None  # the answering attempt's
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
-        self.prev_target: str | None = None
+        self.index = -1  # the chain entry the turn is on
+        self.closed = False
         self.secrets: list[str] | None = None
         self.seen = 0
 
@@ -449,6 +463,10 @@ class _Observed:
         )
 
     def _attempt_began(self, a: Attempt) -> None:
+        self.attempt = a
+        if not self.recording:  # sampled out: the turn's context stands for the attempt's
+            self.attempt_span, self.attempt_ctx = self.span, self.turn_ctx
+            return
         t = a.target
         attributes: dict[str, Any] = {
             "fallgate.state": self.s.state,
@@ -468,11 +486,23 @@ class _Observed:
 
     def _attempt_ended(self, outcome: Outcome | None) -> None:
         span = self.attempt_span
-        if span is None:
+        a = self.attempt
+        if span is None or a is None:
             return
-        self.attempt_span = self.attempt_ctx = None
-        a = self.s.action
+        self.attempt_span = self.attempt_ctx = self.attempt = None
         kind = outcome.kind.value if outcome is not None else OutcomeKind.CANCELLED.value
+        t = a.target
+        self.ins.metrics.attempts.add(
+            1,
+            {
+                "fallgate.target": t.name,
+                "gen_ai.provider.name": t.provider,
+                "gen_ai.request.model": t.model,
+                "fallgate.outcome": kind,
+            },
+        )
+        if not self.recording:
+            return
         attributes: dict[str, Any] = {"fallgate.outcome": kind}
         if outcome is not None:
             _put(attributes, "http.response.status_code", outcome.status)
@@ -497,20 +527,14 @@ class _Observed:
             span.set_status(self.ins.trace.Status(self.ins.trace.StatusCode.ERROR, status))
         span.set_attributes(attributes)
         span.end()
-        if type(a) is Attempt:
-            t = a.target
-            self.ins.metrics.attempts.add(
-                1,
-                {
-                    "fallgate.target": t.name,
-                    "gen_ai.provider.name": t.provider,
-                    "gen_ai.request.model": t.model,
-                    "fallgate.outcome": kind,
-                },
-            )
 
     def _wait_began(self, w: Wait) -> None:
         t = self.s.target
+        self.ins.metrics.waits.record(
+            w.seconds, {"fallgate.target": t.name, "fallgate.wait.reason": w.reason}
+        )
+        if not self.recording:
+            return
         attributes = {
             "fallgate.state": self.s.state,
             "fallgate.target": t.name,
@@ -518,11 +542,10 @@ class _Observed:
             "fallgate.wait.reason": w.reason,
         }
         self.pending = ("wait", self._child("fallgate.wait", self.ins.internal, attributes))
-        self.ins.metrics.waits.record(
-            w.seconds, {"fallgate.target": t.name, "fallgate.wait.reason": w.reason}
-        )
 
     def _rebuild_began(self, r: Rebuild) -> None:
+        if not self.recording:
+            return
         t = r.target
         attributes = {
             "fallgate.state": self.s.state,
@@ -557,24 +580,29 @@ class _Observed:
         return redact(text, self.secrets)
 
     def _transitions(self) -> None:
-        trace = self.turn.trace
-        span = self.span
-        for ev in trace[self.seen :]:
-            span.add_event("fallgate.transition", self._event_attributes(ev))
-            target = ev.target
-            if target is not None:
-                prev = self.prev_target
-                if prev is not None and target != prev:
-                    self.ins.metrics.fallbacks.add(
-                        1,
-                        {
-                            "fallgate.from_target": prev,
-                            "fallgate.to_target": target,
-                            "fallgate.event": ev.event,
-                        },
-                    )
-                self.prev_target = target
-        self.seen = len(trace)
+        """The new transitions as events on the turn's span; a move to another target
+        of the chain counted as a fallback."""
+        if self.recording:
+            trace = self.turn.trace
+            add = self.span.add_event
+            for ev in trace[self.seen :]:
+                add("fallgate.transition", self._event_attributes(ev))
+            self.seen = len(trace)
+        s = self.s
+        here = s.visit.index
+        before = self.index
+        if here != before:
+            self.index = here
+            if before >= 0 and here >= 0:
+                targets = s.policy.targets
+                self.ins.metrics.fallbacks.add(
+                    1,
+                    {
+                        "fallgate.from_target": targets[before].name,
+                        "fallgate.to_target": targets[here].name,
+                        "fallgate.event": self.turn.trace[-1].event,
+                    },
+                )
 
     def _event_attributes(self, ev: TraceEvent) -> dict[str, Any]:
         attributes: dict[str, Any] = {
@@ -586,7 +614,6 @@ class _Observed:
             "fallgate.action": ev.action,
         }
         _put(attributes, "fallgate.target", ev.target)
-        _put(attributes, "gen_ai.request.model", ev.model)
         _put(attributes, "fallgate.credential", ev.credential)
         _put(attributes, "fallgate.wait.seconds", ev.wait)
         if ev.detail:
@@ -595,10 +622,20 @@ class _Observed:
 
     # -- the end -------------------------------------------------------------------------
     def _ended(self, action: Action) -> None:
+        if self.closed:
+            return
+        self.closed = True
         _YIELDED.pop(self.turn, None)
         s = self.s
-        span = self.span
         state = s.state
+        m = self.ins.metrics
+        labels: dict[str, Any] = {"fallgate.state": state}
+        _put(labels, "gen_ai.operation.name", self.operation)
+        m.turns.add(1, labels)
+        m.turn_duration.record(max(0.0, s.clock() - s.started), labels)
+        if not self.recording:
+            return
+        span = self.span
         attributes: dict[str, Any] = {
             "fallgate.state": state,
             "fallgate.attempts": s.total_attempts,
@@ -623,20 +660,16 @@ class _Observed:
             )
         span.set_attributes(attributes)
         span.end()
-        m = self.ins.metrics
-        labels: dict[str, Any] = {"fallgate.state": state}
-        _put(labels, "gen_ai.operation.name", self.operation)
-        m.turns.add(1, labels)
-        m.turn_duration.record(max(0.0, s.clock() - s.started), labels)
 
     def crashed(self, e: BaseException) -> None:
         """An exception escaped the turn's host (not through `cancel`): close what is open."""
-        if self.turn.done or not self.span.is_recording():
+        if self.closed:
             return
+        self.closed = True
+        _YIELDED.pop(self.turn, None)
         if self.attempt_span is not None:
             self._attempt_ended(None)
         self._pending_ended(None)
-        _YIELDED.pop(self.turn, None)
         self.span.set_attribute("error.type", type(e).__qualname__)
         self.span.set_status(self.ins.error)
         self.span.end()

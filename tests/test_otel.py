@@ -578,6 +578,48 @@ def test_the_cooldown_gauge_holds_health_stores_weakly(otel: Telemetry) -> None:
     assert cooling() == []
 
 
+def test_a_sampled_out_turn_records_metrics_and_no_span() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    t = Telemetry()
+    t.tracer_provider = TracerProvider(sampler=ALWAYS_OFF)
+    t.tracer_provider.add_span_processor(SimpleSpanProcessor(t.spans))
+    fallgate.enable_otel(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
+    seen: list[bool] = []
+
+    def call(target: Target, credential: Any) -> str:
+        seen.append(trace.get_current_span().get_span_context().trace_id != 0)
+        if target.model == "m0":
+            raise TimeoutError("timed out")
+        return "ok"
+
+    try:
+        fallgate.run(chain("m0", "m1"), call, clock=VirtualClock(), health=fallgate.HealthStore())
+    finally:
+        fallgate.disable_otel()
+    assert t.finished() == []
+    assert seen == [True] * 4  # the (unsampled) turn's context is still propagated
+    m = t.metrics()
+    assert sorted(v for _, v in m["fallgate.attempts"]) == [1, 3]
+    assert [v for _, v in m["fallgate.fallbacks"]] == [1]
+    assert m["fallgate.turns"] == [({"fallgate.state": "done"}, 1)]
+
+
+def test_an_exception_out_of_the_attempt_closes_the_spans(otel: Telemetry) -> None:
+    from fallgate.fsm.host import host_loop
+
+    def attempt(a: Any) -> Any:
+        raise RuntimeError("the host's own bug")
+
+    turn = fallgate.fsm.Turn(chain("m0"), health=fallgate.HealthStore(), clock=VirtualClock())
+    with pytest.raises(RuntimeError):
+        next(host_loop(turn, clock=VirtualClock(), attempt=attempt))
+    spans = otel.finished()
+    assert [s.name for s in spans] == ["fallgate.attempt", "fallgate.turn"]
+    assert dict(spans[1].attributes or {})["error.type"] == "RuntimeError"
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+
 # -- nothing when off ------------------------------------------------------------------------
 
 
