@@ -141,7 +141,7 @@ def traced_factory(t: Telemetry) -> Any:
 def scenario_1_policy(srv: FaultServer) -> Policy:
     return chain(
         "glm-5.1",
-        {"model": "glm-4.7", "key_env": "FG_OTEL_FALLBACK_KEY"},
+        {"model": "glm-4.7", "key_env": "FG_GLM47_KEY"},
         server=srv,
         provider="zai",
         max_attempts=2,
@@ -201,7 +201,7 @@ def test_scenario_1_span_tree_attributes_and_metrics(
     instant: VirtualClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("FG_OTEL_FALLBACK_KEY", FALLBACK_KEY)
+    monkeypatch.setenv("FG_GLM47_KEY", FALLBACK_KEY)
     fault_server.script(SCENARIO_1)
     health = fallgate.HealthStore()
     with fallgate.Fallgate(
@@ -257,7 +257,7 @@ def test_scenario_1_span_tree_attributes_and_metrics(
     ]
     assert [e["fallgate.state"] for e in events] == [t.dest for t in result.trace]
     assert events[1]["fallgate.wait.seconds"] >= 0
-    assert events[5]["fallgate.credential"] == "env:FG_OTEL_FALLBACK_KEY"
+    assert events[5]["fallgate.credential"] == "env:FG_GLM47_KEY"
     assert "Retry-After 171" in events[5]["fallgate.detail"]
 
     attempts = [s for s in spans if s.name == "fallgate.attempt"]
@@ -277,7 +277,7 @@ def test_scenario_1_span_tree_attributes_and_metrics(
         "RateLimitError",
         None,
     ]
-    assert [x["fallgate.credential"] for x in at] == ["key#1"] * 3 + ["env:FG_OTEL_FALLBACK_KEY"]
+    assert [x["fallgate.credential"] for x in at] == ["key#1"] * 3 + ["env:FG_GLM47_KEY"]
     assert all(x["fallgate.attempt.timeout"] <= 0.3 for x in at)
     assert at[2]["fallgate.retry_after"] == 171
     assert at[2]["http.response.status_code"] == 429
