@@ -471,6 +471,49 @@ async def test_async_client_http_spans_nest_under_the_attempts(
     ]
 
 
+def test_the_real_httpx_instrumentation_nests_under_the_attempts(
+    fault_server: FaultServer, otel: Telemetry, instant: VirtualClock
+) -> None:
+    """openai 2.x is built on httpx: its instrumentation's spans (sync, stream, async)
+    are the attempts' children. (openai 3.x is built on httpx2, which it does not patch.)"""
+    if transport.NAME != "httpx":
+        pytest.skip(f"openai is built on {transport.NAME}, not httpx")
+    instrumentation = pytest.importorskip("opentelemetry.instrumentation.httpx")
+    instrumentor = instrumentation.HTTPXClientInstrumentor()
+    instrumentor.instrument(tracer_provider=otel.tracer_provider)
+    try:
+        fault_server.script(
+            {
+                "models": {
+                    "m0": [{"kind": "status", "status": 500}] * 2,
+                    "m1": [{"kind": "answer"}, {"kind": "stream", "chunks": 2}, {"kind": "answer"}],
+                }
+            }
+        )
+        policy = chain("m0", "m1", server=fault_server, max_attempts=1)
+        with fallgate.Fallgate(policy) as gate:
+            gate.chat.completions.create(messages=MSG)
+            for _ in gate.chat.completions.create(messages=MSG, stream=True):
+                pass
+
+        async def asynchronously() -> None:
+            async with fallgate.AsyncFallgate(policy) as agate:
+                await agate.chat.completions.create(messages=MSG)
+
+        import asyncio
+
+        asyncio.run(asynchronously())
+    finally:
+        instrumentor.uninstrument()
+    spans = otel.finished()
+    http = [s for s in spans if s.name.startswith("POST")]
+    assert len(http) == 5
+    attempts = {s.context.span_id: s for s in spans if s.name == "fallgate.attempt"}
+    assert all(s.parent is not None and s.parent.span_id in attempts for s in http)
+    assert len([s for s in spans if s.parent is None]) == 3  # three turns
+    assert_no_key(otel, key(0), key(1))
+
+
 # -- streams ---------------------------------------------------------------------------------
 
 
