@@ -43,7 +43,8 @@ test: lint
 OPENAI2 ?= 2.24.0
 OPENAI2_VENV := .venv-openai2
 OPENAI2_STAMP := $(OPENAI2_VENV)/.installed-openai-$(OPENAI2)
-PROVIDER_TESTS := tests/test_providers_*.py tests/test_e2e_*.py tests/test_fault_server*.py tests/test_demo.py
+PROVIDER_TESTS := tests/test_providers_*.py tests/test_e2e_*.py tests/test_fault_server*.py tests/test_demo.py \
+	tests/test_otel.py
 
 $(OPENAI2_STAMP): pyproject.toml
 	rm -f $(OPENAI2_VENV)/.installed-openai-*

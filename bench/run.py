@@ -21,7 +21,7 @@ from typing import Any
 
 from .timing import median_ratio
 
-SECTIONS = ("core", "faults", "throughput", "checker")
+SECTIONS = ("core", "faults", "throughput", "checker", "otel")
 
 GOALS = {
     "core_happy": "fallgate happy turn <= tenacity happy path",
@@ -98,6 +98,13 @@ def run(
         ck = checker.measure(rounds=1 if quick else 3, quick=quick)
         result["checker"] = _public(ck)
         details["checker"] = ck
+    if "otel" in sections:
+        from . import otel
+
+        log("OpenTelemetry overhead (client CPU per turn, on vs off, one process) ...")
+        ot = otel.measure(quick=quick, log=log)
+        result["otel"] = ot
+        details["otel"] = ot
     return result, details
 
 
@@ -226,6 +233,22 @@ def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
             f"| {k['states']} | {ck_extra.get('_transitions', '-')} | {k['seconds']:.2f} "
             f"| {k['states_per_second']} "
             f"| {'yes' if ck_extra.get('_complete', True) else '**no**: state limit reached'} |",
+            "",
+        ]
+    o = result.get("otel")
+    if o:
+        lines += [
+            "**OpenTelemetry overhead** (`fallgate.enable_otel()` with the SDK's providers, "
+            "spans dropped at export; client CPU per turn, best round, one process)",
+            "",
+            "| turn | off | on | on / off |",
+            "|---|---:|---:|---:|",
+            f"| `Fallgate` chat turn, real SDK over loopback HTTP (1 attempt) "
+            f"| {o['off_cpu_ms_per_turn']:.3f} ms | {o['on_cpu_ms_per_turn']:.3f} ms "
+            f"| {o['ratio']:.2f}x |",
+            f"| pure core, scenario 1's faulty turn (4 attempts, a wait, a rebuild) "
+            f"| {o['core_off_us_per_turn']:.1f} µs | {o['core_on_us_per_turn']:.1f} µs "
+            f"| {o['core_ratio']:.2f}x |",
             "",
         ]
     g = goals(result, details)

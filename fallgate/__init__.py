@@ -11,6 +11,8 @@ The small public surface::
     result = fallgate.run(policy, call)           # your own transport, sync
     result = await fallgate.arun(policy, acall)   # ... or asyncio
 
+    fallgate.enable_otel()                        # OpenTelemetry spans and metrics (fallgate[otel])
+
 The engine is `fallgate.fsm` (pure, no I/O), everything that talks to a real
 API is `fallgate.providers`, and test aids are in `fallgate.testing`. The
 openai wrappers are imported on first use, so `import fallgate.fsm` never
@@ -26,6 +28,8 @@ from .fsm.clock import VirtualClock, instant_waits
 from .fsm.drivers import TurnResult, arun, run
 from .fsm.errors import PolicyError, TurnFailed
 from .fsm.health import HealthStore
+from .fsm.otel import disable as disable_otel
+from .fsm.otel import enable as enable_otel
 from .fsm.outcomes import Outcome, OutcomeKind
 from .fsm.policy import Policy
 
@@ -46,6 +50,8 @@ __all__ = [
     "VirtualClock",
     "arun",
     "check_policy",
+    "disable_otel",
+    "enable_otel",
     "instant_waits",
     "run",
 ]

@@ -21,6 +21,7 @@ from .classify import classify_exception
 from .clock import Clock, default_clock
 from .health import HealthStore
 from .host import ahost_loop, host_loop
+from .otel import Telemetry
 from .outcomes import Outcome, OutcomeKind
 from .policy import Credential, Policy, Target
 from .redact import redact
@@ -154,6 +155,7 @@ def run(
     random: Callable[[], float] | None = None,
     engine: type[_TurnBase] = Turn,
     first: int = 0,
+    telemetry: Telemetry | None = None,
 ) -> TurnResult:
     """Run one turn synchronously; returns a `TurnResult` or raises `TurnFailed`.
 
@@ -164,7 +166,8 @@ def run(
     every turn given no store. Waits sleep on `clock` (default: the system
     clock, or the virtual one inside `instant_waits()`); pass a
     `fsm.VirtualClock` to run on virtual time. `first` starts the chain at that
-    entry (earlier entries are not used in this turn).
+    entry (earlier entries are not used in this turn). `telemetry` names the turn's
+    GenAI operation for OpenTelemetry (`fsm.otel.Telemetry`; used while it is on).
     """
     return drive(
         policy,
@@ -177,6 +180,7 @@ def run(
         random=random,
         engine=engine,
         first=first,
+        telemetry=telemetry,
     )
 
 
@@ -192,6 +196,7 @@ def drive(
     random: Callable[[], float] | None = None,
     engine: type[_TurnBase] = Turn,
     first: int = 0,
+    telemetry: Telemetry | None = None,
 ) -> TurnResult:
     """Like `run`, but `attempt` receives the whole `Attempt` (timeout, number)."""
     st = _Step(policy, classify, health, on_transition, clock, random, engine, first)
@@ -203,7 +208,10 @@ def drive(
             return st.outcome_of(e)
         return Outcome(_SUCCESS, value=value)
 
-    return st.end(next(host_loop(st.turn, clock=st.clock, rebuild=rebuild, attempt=outcome)))
+    steps = host_loop(
+        st.turn, clock=st.clock, rebuild=rebuild, attempt=outcome, telemetry=telemetry
+    )
+    return st.end(next(steps))
 
 
 async def arun(
@@ -218,6 +226,7 @@ async def arun(
     random: Callable[[], float] | None = None,
     engine: type[_TurnBase] = Turn,
     first: int = 0,
+    telemetry: Telemetry | None = None,
 ) -> TurnResult:
     """The asyncio driver: same semantics as `run` (waits ``await clock.asleep``);
     cancellation ends the turn `aborted`."""
@@ -232,6 +241,7 @@ async def arun(
         random=random,
         engine=engine,
         first=first,
+        telemetry=telemetry,
     )
 
 
@@ -247,6 +257,7 @@ async def adrive(
     random: Callable[[], float] | None = None,
     engine: type[_TurnBase] = Turn,
     first: int = 0,
+    telemetry: Telemetry | None = None,
 ) -> TurnResult:
     """Like `arun`, but `attempt` receives the whole `Attempt`."""
     st = _Step(policy, classify, health, on_transition, clock, random, engine, first)
@@ -258,7 +269,9 @@ async def adrive(
             return st.outcome_of(e)
         return Outcome(_SUCCESS, value=value)
 
-    steps = ahost_loop(st.turn, clock=st.clock, rebuild=rebuild, attempt=outcome)
+    steps = ahost_loop(
+        st.turn, clock=st.clock, rebuild=rebuild, attempt=outcome, telemetry=telemetry
+    )
     try:
         end = await anext(steps)
     finally:

@@ -23,6 +23,12 @@ turn is one call::
 KeyboardInterrupt (and asyncio cancellation) while the loop runs, or closing
 the generator before its end, cancel the turn (it ends `aborted`, recorded in
 its trace) and propagate.
+
+With OpenTelemetry switched on (`fsm.otel.enable`), each loop hands its turn
+to `fsm.otel` first, which records it (spans, events, metrics) and makes each
+attempt's span current while `attempt` runs; `telemetry` is what the caller
+knows beyond the engine (`fsm.otel.Telemetry`). Switched off, that is one check
+per turn.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from typing import Any
 
+from . import otel as _otel
 from .actions import Action, Attempt, Rebuild, Wait
 from .clock import Clock
 from .outcomes import Outcome
@@ -52,6 +59,7 @@ def host_loop(
     clock: Clock,
     rebuild: Callable[[Target], Any] | None = None,
     attempt: Callable[[Attempt], Outcome] | None = None,
+    telemetry: _otel.Telemetry | None = None,
 ) -> Generator[Action, Outcome, None]:
     """Run `turn` to its end on this thread.
 
@@ -60,6 +68,8 @@ def host_loop(
     Attempt is made by `attempt` when given, else yielded (send its Outcome
     back). The last value yielded is the Finish or Fail.
     """
+    if _otel.ACTIVE is not None:
+        turn, attempt = _otel.ACTIVE.observe(turn, attempt, telemetry)
     action = turn.start()
     try:
         while True:
@@ -94,10 +104,13 @@ async def ahost_loop(
     clock: Clock,
     rebuild: Callable[[Target], Awaitable[Any]] | None = None,
     attempt: Callable[[Attempt], Awaitable[Outcome]] | None = None,
+    telemetry: _otel.Telemetry | None = None,
 ) -> AsyncGenerator[Action, Outcome]:
     """The asyncio twin of `host_loop`: waits ``await clock.asleep``, `rebuild` and
     `attempt` are awaited. Cancellation also ends the turn `aborted`. Close it
     (``await gen.aclose()``) once you have the end."""
+    if _otel.ACTIVE is not None:
+        turn, attempt = _otel.ACTIVE.aobserve(turn, attempt, telemetry)
     action = turn.start()
     try:
         while True:

@@ -86,6 +86,8 @@ class Op:
     required: str | None = None  # the argument without which the SDK call is meaningless
     streams: str | None = None  # how its streams commit ("chat", "responses"); None: no stream
     raw: bool = False
+    #: The GenAI operation name its turns are traced under (OpenTelemetry).
+    operation: str = "chat"
 
     def with_raw_response(self) -> Op:
         parts = self.name.rsplit(".", 1)
@@ -123,7 +125,14 @@ CHAT_PARSE = Op(
 RESPONSES_CREATE = Op(
     "responses.create", ("responses",), "create", check_response, streams="responses"
 )
-EMBEDDINGS_CREATE = Op("embeddings.create", ("embeddings",), "create", check_embeddings, "input")
+EMBEDDINGS_CREATE = Op(
+    "embeddings.create",
+    ("embeddings",),
+    "create",
+    check_embeddings,
+    "input",
+    operation="embeddings",
+)
 
 
 @attrs.frozen(slots=True)

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import openai
 
 from ..fsm import HealthStore, Policy, TurnFailed, adrive, drive
+from ..fsm import otel as _otel
 from ..fsm.actions import Attempt
 from ..fsm.clock import Clock
 from ..fsm.turn import Hook
@@ -265,6 +266,7 @@ class Fallgate(_Base):
                 on_transition=self.on_transition,
                 clock=self.clock,
                 first=call.first,
+                telemetry=_telemetry(call, ledger),
             )
         except TurnFailed as e:
             ledger.attach(e)
@@ -373,6 +375,7 @@ class AsyncFallgate(_Base):
                 on_transition=self.on_transition,
                 clock=self.clock,
                 first=call.first,
+                telemetry=_telemetry(call, ledger),
             )
         except TurnFailed as e:
             ledger.attach(e)
@@ -395,6 +398,13 @@ class AsyncFallgate(_Base):
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def _telemetry(call: Call, ledger: Ledger) -> _otel.Telemetry | None:
+    """The turn's OpenTelemetry description (made only while telemetry is on)."""
+    if _otel.ACTIVE is None:
+        return None
+    return ledger.telemetry(call.op.operation, raw=call.op.raw)
 
 
 def _target(policy: Policy, name: str) -> Any:

@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..fsm import Outcome, Turn, TurnFailed
+from ..fsm import otel as _otel
 from ..fsm.actions import Action, Attempt, Finish
 from ..fsm.drivers import _Step
 from ..fsm.host import ahost_loop, host_loop
@@ -64,6 +65,12 @@ class _StreamBase(Generic[E]):
             call.first,
         )
         self.result = None
+
+    def _telemetry(self) -> _otel.Telemetry | None:
+        """The turn's OpenTelemetry description (made only while telemetry is on)."""
+        if _otel.ACTIVE is None:
+            return None
+        return self._ledger.telemetry(self._call.op.operation)
 
     @property
     def text(self) -> str:
@@ -163,7 +170,10 @@ class FallgateStream(_StreamBase[E]):
         each event to the caller as it arrives. Closing it closes the loop, which
         ends the turn `aborted`."""
         gate, d = self._sync_gate, self._delivery
-        steps = host_loop(self._step.turn, clock=self._step.clock, rebuild=gate._pool.rebuild)
+        turn = self._step.turn
+        steps = host_loop(
+            turn, clock=self._step.clock, rebuild=gate._pool.rebuild, telemetry=self._telemetry()
+        )
         try:
             action = next(steps)
             while type(action) is Attempt:
@@ -171,7 +181,8 @@ class FallgateStream(_StreamBase[E]):
                 kwargs = self._begin(action)
                 try:
                     with gate._pool.lease(action.target, action.credential) as client:
-                        sdk = self._call.op.bind(gate._configured(client))(**kwargs)
+                        with _otel.attempt_scope(turn):  # the SDK's HTTP spans nest under it
+                            sdk = self._call.op.bind(gate._configured(client))(**kwargs)
                         with sdk:
                             for event in sdk:
                                 for out in d.take(event):
@@ -233,7 +244,10 @@ class AsyncFallgateStream(_StreamBase[E]):
     async def _run(self) -> AsyncGenerator[E, None]:
         """The turn on the asyncio host loop (see `FallgateStream._run`)."""
         gate, d = self._async_gate, self._delivery
-        steps = ahost_loop(self._step.turn, clock=self._step.clock, rebuild=gate._pool.rebuild)
+        turn = self._step.turn
+        steps = ahost_loop(
+            turn, clock=self._step.clock, rebuild=gate._pool.rebuild, telemetry=self._telemetry()
+        )
         try:
             action = await anext(steps)
             while type(action) is Attempt:
@@ -241,7 +255,8 @@ class AsyncFallgateStream(_StreamBase[E]):
                 kwargs = self._begin(action)
                 try:
                     async with gate._pool.lease(action.target, action.credential) as client:
-                        sdk = await self._call.op.bind(gate._configured(client))(**kwargs)
+                        with _otel.attempt_scope(turn):  # the SDK's HTTP spans nest under it
+                            sdk = await self._call.op.bind(gate._configured(client))(**kwargs)
                         async with sdk:
                             async for event in sdk:
                                 for out in d.take(event):

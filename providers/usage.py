@@ -21,8 +21,9 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from ..fsm import Target, TurnResult
+from ..fsm import Outcome, OutcomeKind, Target, TurnResult
 from ..fsm.actions import Attempt
+from ..fsm.otel import AttemptFacts, Telemetry
 
 __all__ = ["AttemptUsage", "GateResult", "Ledger", "Usage", "total", "usage_of"]
 
@@ -140,6 +141,24 @@ class Ledger:
     def result(self, r: TurnResult) -> GateResult:
         fields = {str(f.alias): getattr(r, f.name) for f in attrs.fields(TurnResult)}
         return GateResult(**fields, attempts_usage=tuple(self.attempts))
+
+    def telemetry(self, operation: str, *, raw: bool = False) -> Telemetry:
+        """The turn's OpenTelemetry description: its GenAI operation, and per attempt
+        the usage noted here and the reply's model (`raw`: replies are raw responses)."""
+
+        def describe(o: Outcome) -> AttemptFacts:
+            usage = self.attempts[-1].usage if self.attempts else None
+            model = None
+            if o.kind is OutcomeKind.SUCCESS:
+                reply = o.value.parse() if raw else o.value  # the SDK caches the parse
+                model = getattr(reply, "model", None)
+            return AttemptFacts(
+                model if isinstance(model, str) else None,
+                usage.prompt_tokens if usage is not None else None,
+                usage.completion_tokens if usage is not None else None,
+            )
+
+        return Telemetry(operation, describe)
 
     def attach(self, e: BaseException) -> None:
         """Put the turn's usage on the `TurnFailed` it ended with."""

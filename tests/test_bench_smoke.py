@@ -31,6 +31,14 @@ KEYS = {
         "peak_rss_mb_per_1k_turns",
     },
     "checker": {"states", "seconds", "states_per_second"},
+    "otel": {
+        "off_cpu_ms_per_turn",
+        "on_cpu_ms_per_turn",
+        "ratio",
+        "core_off_us_per_turn",
+        "core_on_us_per_turn",
+        "core_ratio",
+    },
 }
 FAULT_KEYS = {"scenario", "system", "seconds", "requests", "answered", "oracle_seconds"}
 
@@ -47,7 +55,7 @@ def test_quick_bench_writes_every_key_of_bench_json(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(out.read_text())
 
-    assert set(data) == {"core", "faults", "throughput", "checker"}
+    assert set(data) == {"core", "faults", "throughput", "checker", "otel"}
     for section, keys in KEYS.items():
         assert set(data[section]) == keys, section
     for key in KEYS["core"]:
@@ -70,8 +78,17 @@ def test_quick_bench_writes_every_key_of_bench_json(tmp_path: Path) -> None:
     ck = data["checker"]
     assert ck["states"] > 0 and ck["states_per_second"] > 0
 
+    ot = data["otel"]
+    assert all(v > 0 for v in ot.values()), ot
+
     # the table printed for the README names every section
-    for heading in ("Core overhead", "Time to answer under faults", "Throughput", "Checker"):
+    for heading in (
+        "Core overhead",
+        "Time to answer under faults",
+        "Throughput",
+        "Checker",
+        "OpenTelemetry overhead",
+    ):
         assert heading in proc.stdout
     details = json.loads((tmp_path / "bench-details.json").read_text())
     assert details["quick"] is True

@@ -1,0 +1,764 @@
+"""OpenTelemetry traces and metrics for every turn, attempt and transition (optional).
+
+Off until `enable()` is called (``fallgate.enable_otel()``); `disable()` turns it
+off again. While off, nothing here imports ``opentelemetry`` and the host loops
+(`fsm.host`) pay one check per turn (``ACTIVE is None``). While on, the host loop
+hands every turn to `Instruments.observe` / `Instruments.aobserve`, which wrap it
+in an `_Observed`: every call of the turn's protocol (start, feed, waited,
+rebuilt, cancel) is forwarded unchanged and what it did is recorded. The engine
+is not touched: the recording reads the turn's actions, the outcomes fed to it
+and its trace (`fsm.trace.TraceEvent`).
+
+Traces (one per turn, as its caller's child)::
+
+    chat glm-5.1                 the turn: `{gen_ai.operation.name} {model}`, or `fallgate.turn`
+    ├── fallgate.attempt         one per attempt; current while it runs, so the SDK's
+    │   └── POST (httpx)         own HTTP spans nest under it
+    ├── fallgate.wait            one per Wait (backoff, Retry-After)
+    └── fallgate.rebuild         one per client rebuild (transport recovery)
+
+and every transition is an event (``fallgate.transition``) on the turn's span.
+
+Metrics: ``fallgate.attempts`` (by target and outcome kind), ``fallgate.fallbacks``,
+``fallgate.turns`` (by end state), ``fallgate.wait.duration`` and
+``fallgate.turn.duration`` (seconds, on the turn's clock), and the observable gauge
+``fallgate.cooldowns.active`` read from the health stores turns have used (held
+weakly) and the process-wide `fsm.health.DEFAULT`.
+
+No attribute holds a key: credentials appear by id (``env:NAME``, ``key#N``), and
+the free texts (outcome details, failure summaries) are scrubbed with
+`fsm.redact.redact` against the policy's keys first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
+from urllib.parse import urlsplit
+
+import attrs
+
+from .actions import Action, Attempt, Fail, Finish, Rebuild, Wait
+from .health import DEFAULT, HealthStore
+from .outcomes import Outcome, OutcomeKind
+from .redact import redact
+
+if TYPE_CHECKING:
+    from .policy import Target
+    from .trace import TraceEvent
+    from .turn import _TurnBase
+
+__all__ = [
+    "ACTIVE",
+    "AttemptFacts",
+    "Instruments",
+    "Telemetry",
+    "attempt_scope",
+    "disable",
+    "enable",
+    "enabled",
+]
+
+#: The instruments in force, or None while telemetry is off (the host loops' one check).
+ACTIVE: Instruments | None = None
+
+EXTRA = "fallgate[otel]"
+_SCOPE = "fallgate"
+#: Histogram buckets in seconds (those of the GenAI client duration metric).
+_BUCKETS: Final = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                   40.96, 81.92)  # fmt: skip
+
+
+class AttemptFacts(NamedTuple):
+    """What an attempt's reply said, as far as the caller can tell (None: unknown)."""
+
+    response_model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+@attrs.frozen(slots=True)
+class Telemetry:
+    """What a turn's caller knows beyond the engine, for its telemetry.
+
+    `operation` is the GenAI operation name (``"chat"``, ``"embeddings"``): with it
+    the turn's span is named ``"{operation} {model}"``, without it ``fallgate.turn``.
+    `describe(outcome)` says what an attempt's reply reported (response model, token
+    usage); without it the reply (or a billed error's ``completion``) is read the
+    way the openai SDK shapes it (``model``, ``usage``).
+    """
+
+    operation: str | None = None
+    describe: Callable[[Outcome], AttemptFacts] | None = None
+
+
+def enable(tracer_provider: Any = None, meter_provider: Any = None) -> None:
+    """Trace and measure every turn from now on, with these providers (default: the
+    global ones, looked up when used). Needs ``opentelemetry-api`` (``pip install
+    'fallgate[otel]'``)."""
+    global ACTIVE
+    try:
+        import opentelemetry.metrics
+        import opentelemetry.trace  # noqa: F401
+    except ImportError as e:
+        raise ImportError(
+            f"fallgate.enable_otel() needs the OpenTelemetry API, which is not installed: "
+            f"pip install '{EXTRA}' (or opentelemetry-api)"
+        ) from e
+    ACTIVE = Instruments(tracer_provider, meter_provider)
+
+
+def disable() -> None:
+    """Stop tracing and measuring (turns already running finish their spans)."""
+    global ACTIVE
+    ACTIVE = None
+
+
+def enabled() -> bool:
+    return ACTIVE is not None
+
+
+_NO_SCOPE: Final = nullcontext()
+#: What the host loops answer by cancelling the turn (recorded as its end, `aborted`).
+_CANCELS: Final = (KeyboardInterrupt, GeneratorExit, asyncio.CancelledError)
+
+
+def attempt_scope(turn: _TurnBase) -> Any:
+    """A context manager making `turn`'s current attempt span the current span (a
+    no-op while telemetry is off). For hosts that make an attempt themselves after
+    the host loop handed it out (streams), around the call that sends it."""
+    if ACTIVE is None:
+        return _NO_SCOPE
+    observed = _YIELDED.get(turn)
+    if observed is None or observed.attempt_span is None:
+        return _NO_SCOPE
+    return observed.scope()
+
+
+# Turns whose attempts the host loop hands out (yield mode), for `attempt_scope`.
+_YIELDED: weakref.WeakKeyDictionary[Any, _Observed] = weakref.WeakKeyDictionary()
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("fallgate")
+    except Exception:  # pragma: no cover - not installed as a distribution
+        return "0"
+
+
+class _Metrics:
+    """The metric instruments of one meter (made once per meter provider)."""
+
+    def __init__(self, meter: Any) -> None:
+        self.attempts = meter.create_counter(
+            "fallgate.attempts", unit="{attempt}", description="Attempts, by target and outcome"
+        )
+        self.fallbacks = meter.create_counter(
+            "fallgate.fallbacks",
+            unit="{fallback}",
+            description="Moves of a turn from one target of its chain to another",
+        )
+        self.turns = meter.create_counter(
+            "fallgate.turns", unit="{turn}", description="Turns ended, by end state"
+        )
+        self.waits = _histogram(
+            meter, "fallgate.wait.duration", "Waits a turn asked for (backoff, Retry-After)"
+        )
+        self.turn_duration = _histogram(
+            meter, "fallgate.turn.duration", "Turn duration on the turn's clock"
+        )
+        meter.create_observable_gauge(
+            "fallgate.cooldowns.active",
+            callbacks=[self._cooldowns],
+            unit="{cooldown}",
+            description="Active cooldowns in the health stores in use, per target",
+        )
+
+    def _cooldowns(self, options: Any) -> Iterator[Any]:
+        active = ACTIVE
+        if active is None or active.metrics is not self:
+            return
+        from opentelemetry.metrics import Observation
+
+        for attributes, n in STORES.cooldowns().items():
+            yield Observation(n, dict(attributes))
+
+
+def _histogram(meter: Any, name: str, description: str) -> Any:
+    try:
+        return meter.create_histogram(
+            name,
+            unit="s",
+            description=description,
+            explicit_bucket_boundaries_advisory=list(_BUCKETS),
+        )
+    except TypeError:  # pragma: no cover - opentelemetry-api < 1.23
+        return meter.create_histogram(name, unit="s", description=description)
+
+
+_METRICS: weakref.WeakKeyDictionary[Any, _Metrics] = weakref.WeakKeyDictionary()
+_GLOBAL_METRICS: list[_Metrics] = []
+_metrics_lock = threading.Lock()
+
+
+def _metrics_for(meter_provider: Any) -> _Metrics:
+    """One set of instruments per meter provider: enabling twice registers nothing twice."""
+    from opentelemetry import metrics
+
+    with _metrics_lock:
+        if meter_provider is None:
+            if not _GLOBAL_METRICS:
+                _GLOBAL_METRICS.append(_Metrics(metrics.get_meter(_SCOPE, _version())))
+            return _GLOBAL_METRICS[0]
+        found = _METRICS.get(meter_provider)
+        if found is None:
+            meter = metrics.get_meter(_SCOPE, _version(), meter_provider=meter_provider)
+            found = _METRICS[meter_provider] = _Metrics(meter)
+        return found
+
+
+class Instruments:
+    """The tracer and metric instruments of one `enable()` call."""
+
+    def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        from opentelemetry import context, trace
+
+        self.trace = trace
+        self.context = context
+        self.tracer = trace.get_tracer(_SCOPE, _version(), tracer_provider=tracer_provider)
+        self.metrics = _metrics_for(meter_provider)
+        self.client = trace.SpanKind.CLIENT
+        self.internal = trace.SpanKind.INTERNAL
+        self.error = trace.Status(trace.StatusCode.ERROR)
+        self._servers: dict[str | None, tuple[str, int] | None] = {}
+
+    # -- the host loops' hook ------------------------------------------------------------
+    def observe(
+        self,
+        turn: _TurnBase,
+        attempt: Callable[[Attempt], Outcome] | None,
+        telemetry: Telemetry | None,
+    ) -> tuple[_TurnBase, Callable[[Attempt], Outcome] | None]:
+        """`turn` recorded, and `attempt` made with its attempt span current."""
+        observed = _Observed(self, turn, telemetry)
+        if attempt is None:
+            _YIELDED[turn] = observed
+            return cast("_TurnBase", observed), None
+        attach, detach = self.context.attach, self.context.detach
+
+        def made(a: Attempt) -> Outcome:
+            token = attach(observed.attempt_ctx)
+            try:
+                return attempt(a)
+            except _CANCELS:
+                raise  # the host loop cancels the turn
+            except BaseException as e:
+                observed.crashed(e)
+                raise
+            finally:
+                detach(token)
+
+        return cast("_TurnBase", observed), made
+
+    def aobserve(
+        self,
+        turn: _TurnBase,
+        attempt: Callable[[Attempt], Awaitable[Outcome]] | None,
+        telemetry: Telemetry | None,
+    ) -> tuple[_TurnBase, Callable[[Attempt], Awaitable[Outcome]] | None]:
+        """The asyncio twin of `observe`."""
+        observed = _Observed(self, turn, telemetry)
+        if attempt is None:
+            _YIELDED[turn] = observed
+            return cast("_TurnBase", observed), None
+        attach, detach = self.context.attach, self.context.detach
+
+        async def made(a: Attempt) -> Outcome:
+            token = attach(observed.attempt_ctx)
+            try:
+                return await attempt(a)
+            except _CANCELS:
+                raise  # the host loop cancels the turn
+            except BaseException as e:
+                observed.crashed(e)
+                raise
+            finally:
+                detach(token)
+
+        return cast("_TurnBase", observed), made
+
+    def server(self, target: Target) -> tuple[str, int] | None:
+        """``server.address`` and ``server.port`` of a target's base_url."""
+        url = target.base_url
+        if url not in self._servers:
+            found: tuple[str, int] | None = None
+            if url:
+                try:
+                    parts = urlsplit(url)
+                    host = parts.hostname
+                    if host:
+                        port = parts.port or (443 if parts.scheme == "https" else 80)
+                        found = (host, port)
+                except ValueError:
+                    found = None
+            self._servers[url] = found
+        return self._servers[url]
+
+
+def _duck_facts(o: Outcome) -> AttemptFacts:
+    """Response model and usage of an openai-shaped reply (or a billed error's completion)."""
+    reply = o.value if o.kind is OutcomeKind.SUCCESS else getattr(o.error, "completion", None)
+    if reply is None:
+        return AttemptFacts()
+    model = getattr(reply, "model", None)
+    usage = getattr(reply, "usage", None)
+    return AttemptFacts(
+        model if isinstance(model, str) else None,
+        _count(usage, "prompt_tokens", "input_tokens"),
+        _count(usage, "completion_tokens", "output_tokens"),
+    )
+
+
+def _count(usage: Any, *names: str) -> int | None:
+    if usage is None:
+        return None
+    for name in names:
+        v = getattr(usage, name, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+            return v
+    return None
+
+
+def _put(attributes: dict[str, Any], key: str, value: Any) -> None:
+    if value is not None:
+        attributes[key] = value
+
+
+class _Observed:
+    """One turn while telemetry is on: the host loop calls this instead of the turn.
+
+    Every protocol call is forwarded to the turn; the action it returns opens the
+    span it stands for (attempt, wait, rebuild), the next call closes it, the end
+    (Finish / Fail) closes the turn's span, and every new transition becomes an
+    event on the turn's span.
+    """
+
+    __slots__ = (
+        "attempt",
+        "attempt_ctx",
+        "attempt_span",
+        "closed",
+        "describe",
+        "facts",
+        "index",
+        "input_tokens",
+        "ins",
+        "operation",
+        "output_tokens",
+        "pending",
+        "recording",
+        "s",
+        "secrets",
+        "seen",
+        "span",
+        "turn",
+        "turn_ctx",
+    )
+
+    def __init__(self, ins: Instruments, turn: _TurnBase, telemetry: Telemetry | None) -> None:
+        self.ins = ins
+        self.turn = turn
+        s = self.s = turn.s
+        STORES.add(s.health, s.clock)
+        self.operation = telemetry.operation if telemetry is not None else None
+        self.describe = (
+            telemetry.describe if telemetry is not None and telemetry.describe else _duck_facts
+        )
+        first = s.policy.targets[s.first]
+        attributes: dict[str, Any] = {
+            "gen_ai.provider.name": first.provider,
+            "gen_ai.request.model": first.model,
+            "fallgate.chain": [t.model for t in s.policy.targets[s.first :]],
+        }
+        if self.operation:
+            attributes["gen_ai.operation.name"] = self.operation
+            name, kind = f"{self.operation} {first.model}", ins.client
+        else:
+            name, kind = "fallgate.turn", ins.internal
+        self.span = ins.tracer.start_span(name, kind=kind, attributes=attributes)
+        self.turn_ctx = ins.trace.set_span_in_context(self.span)
+        #: False when the turn's trace is sampled out: then only metrics are recorded.
+        self.recording: bool = self.span.is_recording()
+        self.attempt: Attempt | None = None
+        self.attempt_span: Any = None
+        self.attempt_ctx: Any = None
+        self.pending: tuple[str, Any] | None = None  # ("wait" | "rebuild", span)
+        self.facts: AttemptFacts | None = None  # the answering attempt's
+        self.input_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.index = -1  # the chain entry the turn is on
+        self.closed = False
+        self.secrets: list[str] | None = None
+        self.seen = 0
+
+    # -- the turn's protocol, forwarded ----------------------------------------------------
+    @property
+    def state(self) -> str:
+        return self.turn.state
+
+    @property
+    def done(self) -> bool:
+        return self.turn.done
+
+    def start(self) -> Action:
+        return self._forward(self.turn.start)
+
+    def feed(self, outcome: Outcome) -> Action:
+        self._attempt_ended(outcome)
+        return self._forward(self.turn.feed, outcome)
+
+    def waited(self) -> Action:
+        self._pending_ended(None)
+        return self._forward(self.turn.waited)
+
+    def rebuilt(self, ok: bool = True) -> Action:
+        self._pending_ended(ok)
+        return self._forward(self.turn.rebuilt, ok)
+
+    def cancel(self) -> Action:
+        if self.attempt_span is not None:
+            self._attempt_ended(None)
+        self._pending_ended(None)
+        return self._forward(self.turn.cancel)
+
+    def _forward(self, step: Callable[..., Action], *args: Any) -> Action:
+        try:
+            action = step(*args)
+        except BaseException as e:  # a ProtocolError: the turn did not move
+            self.crashed(e)
+            raise
+        self._transitions()
+        cls = type(action)
+        if cls is Attempt:
+            self._attempt_began(cast(Attempt, action))
+        elif cls is Wait:
+            self._wait_began(cast(Wait, action))
+        elif cls is Rebuild:
+            self._rebuild_began(cast(Rebuild, action))
+        elif cls is Finish or cls is Fail:
+            self._ended(action)
+        return action
+
+    # -- spans -----------------------------------------------------------------------------
+    def _child(self, name: str, kind: Any, attributes: dict[str, Any]) -> Any:
+        return self.ins.tracer.start_span(
+            name, context=self.turn_ctx, kind=kind, attributes=attributes
+        )
+
+    def _attempt_began(self, a: Attempt) -> None:
+        self.attempt = a
+        if not self.recording:  # sampled out: the turn's context stands for the attempt's
+            self.attempt_span, self.attempt_ctx = self.span, self.turn_ctx
+            return
+        t = a.target
+        attributes: dict[str, Any] = {
+            "fallgate.state": self.s.state,
+            "fallgate.target": t.name,
+            "fallgate.credential": a.credential.id,
+            "fallgate.attempt.number": a.number,
+            "fallgate.attempt.timeout": a.timeout,
+            "gen_ai.provider.name": t.provider,
+            "gen_ai.request.model": t.model,
+        }
+        _put(attributes, "gen_ai.operation.name", self.operation)
+        server = self.ins.server(t)
+        if server is not None:
+            attributes["server.address"], attributes["server.port"] = server
+        span = self.attempt_span = self._child("fallgate.attempt", self.ins.client, attributes)
+        self.attempt_ctx = self.ins.trace.set_span_in_context(span, self.turn_ctx)
+
+    def _attempt_ended(self, outcome: Outcome | None) -> None:
+        span = self.attempt_span
+        a = self.attempt
+        if span is None or a is None:
+            return
+        self.attempt_span = self.attempt_ctx = self.attempt = None
+        kind = outcome.kind.value if outcome is not None else OutcomeKind.CANCELLED.value
+        t = a.target
+        self.ins.metrics.attempts.add(
+            1,
+            {
+                "fallgate.target": t.name,
+                "gen_ai.provider.name": t.provider,
+                "gen_ai.request.model": t.model,
+                "fallgate.outcome": kind,
+            },
+        )
+        if not self.recording:
+            return
+        attributes: dict[str, Any] = {"fallgate.outcome": kind}
+        if outcome is not None:
+            _put(attributes, "http.response.status_code", outcome.status)
+            _put(attributes, "fallgate.retry_after", outcome.retry_after)
+            try:
+                facts = self.describe(outcome)
+            except Exception:  # a broken describe must not break the turn
+                facts = AttemptFacts()
+            _put(attributes, "gen_ai.response.model", facts.response_model)
+            _put(attributes, "fallgate.usage.input_tokens", facts.input_tokens)
+            _put(attributes, "fallgate.usage.output_tokens", facts.output_tokens)
+            if facts.input_tokens is not None:
+                self.input_tokens = (self.input_tokens or 0) + facts.input_tokens
+            if facts.output_tokens is not None:
+                self.output_tokens = (self.output_tokens or 0) + facts.output_tokens
+            if outcome.kind is OutcomeKind.SUCCESS:
+                self.facts = facts
+        if kind != OutcomeKind.SUCCESS:
+            error = outcome.error if outcome is not None else None
+            attributes["error.type"] = type(error).__qualname__ if error is not None else kind
+            status = f"{kind} (HTTP {outcome.status})" if outcome and outcome.status else kind
+            span.set_status(self.ins.trace.Status(self.ins.trace.StatusCode.ERROR, status))
+        span.set_attributes(attributes)
+        span.end()
+
+    def _wait_began(self, w: Wait) -> None:
+        t = self.s.target
+        self.ins.metrics.waits.record(
+            w.seconds, {"fallgate.target": t.name, "fallgate.wait.reason": w.reason}
+        )
+        if not self.recording:
+            return
+        attributes = {
+            "fallgate.state": self.s.state,
+            "fallgate.target": t.name,
+            "fallgate.wait.seconds": w.seconds,
+            "fallgate.wait.reason": w.reason,
+        }
+        self.pending = ("wait", self._child("fallgate.wait", self.ins.internal, attributes))
+
+    def _rebuild_began(self, r: Rebuild) -> None:
+        if not self.recording:
+            return
+        t = r.target
+        attributes = {
+            "fallgate.state": self.s.state,
+            "fallgate.target": t.name,
+            "gen_ai.request.model": t.model,
+        }
+        self.pending = ("rebuild", self._child("fallgate.rebuild", self.ins.internal, attributes))
+
+    def _pending_ended(self, ok: bool | None) -> None:
+        pending = self.pending
+        if pending is None:
+            return
+        self.pending = None
+        what, span = pending
+        if what == "rebuild":
+            if ok is None:
+                span.set_attribute("fallgate.rebuild.cancelled", True)
+            else:
+                span.set_attribute("fallgate.rebuild.ok", ok)
+                if not ok:
+                    span.set_status(self.ins.error)
+        span.end()
+
+    def scope(self) -> Any:
+        """The attempt span current while a yielded attempt is made (`attempt_scope`)."""
+        return _attached(self.ins.context, self.attempt_ctx)
+
+    # -- transitions -----------------------------------------------------------------------
+    def _clean(self, text: str) -> str:
+        if self.secrets is None:
+            self.secrets = self.s.policy.secrets()
+        return redact(text, self.secrets)
+
+    def _transitions(self) -> None:
+        """The new transitions as events on the turn's span; a move to another target
+        of the chain counted as a fallback."""
+        if self.recording:
+            trace = self.turn.trace
+            add = self.span.add_event
+            for ev in trace[self.seen :]:
+                add("fallgate.transition", self._event_attributes(ev))
+            self.seen = len(trace)
+        s = self.s
+        here = s.visit.index
+        before = self.index
+        if here != before:
+            self.index = here
+            if before >= 0 and here >= 0:
+                targets = s.policy.targets
+                self.ins.metrics.fallbacks.add(
+                    1,
+                    {
+                        "fallgate.from_target": targets[before].name,
+                        "fallgate.to_target": targets[here].name,
+                        "fallgate.event": self.turn.trace[-1].event,
+                    },
+                )
+
+    def _event_attributes(self, ev: TraceEvent) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            "fallgate.seq": ev.seq,
+            "fallgate.time": ev.time,
+            "fallgate.source": ev.source,
+            "fallgate.event": ev.event,
+            "fallgate.state": ev.dest,
+            "fallgate.action": ev.action,
+        }
+        _put(attributes, "fallgate.target", ev.target)
+        _put(attributes, "fallgate.credential", ev.credential)
+        _put(attributes, "fallgate.wait.seconds", ev.wait)
+        if ev.detail:
+            attributes["fallgate.detail"] = self._clean(ev.detail)
+        return attributes
+
+    # -- the end -------------------------------------------------------------------------
+    def _ended(self, action: Action) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        _YIELDED.pop(self.turn, None)
+        s = self.s
+        state = s.state
+        m = self.ins.metrics
+        labels: dict[str, Any] = {"fallgate.state": state}
+        _put(labels, "gen_ai.operation.name", self.operation)
+        m.turns.add(1, labels)
+        m.turn_duration.record(max(0.0, s.clock() - s.started), labels)
+        if not self.recording:
+            return
+        span = self.span
+        attributes: dict[str, Any] = {
+            "fallgate.state": state,
+            "fallgate.attempts": s.total_attempts,
+        }
+        if s.visit.index >= 0:
+            t = s.target
+            attributes["fallgate.target"] = t.name
+            server = self.ins.server(t)
+            if server is not None:
+                attributes["server.address"], attributes["server.port"] = server
+        _put(attributes, "gen_ai.usage.input_tokens", self.input_tokens)
+        _put(attributes, "gen_ai.usage.output_tokens", self.output_tokens)
+        if type(action) is Finish:
+            if self.facts is not None:
+                _put(attributes, "gen_ai.response.model", self.facts.response_model)
+        else:
+            error = cast(Fail, action).error
+            last = error.last_outcome
+            attributes["error.type"] = last.kind.value if last is not None else state
+            span.set_status(
+                self.ins.trace.Status(self.ins.trace.StatusCode.ERROR, self._clean(error.summary))
+            )
+        span.set_attributes(attributes)
+        span.end()
+
+    def crashed(self, e: BaseException) -> None:
+        """An exception escaped the turn's host (not through `cancel`): close what is open."""
+        if self.closed:
+            return
+        self.closed = True
+        _YIELDED.pop(self.turn, None)
+        if self.attempt_span is not None:
+            self._attempt_ended(None)
+        self._pending_ended(None)
+        self.span.set_attribute("error.type", type(e).__qualname__)
+        self.span.set_status(self.ins.error)
+        self.span.end()
+
+
+@contextmanager
+def _attached(context: Any, ctx: Any) -> Iterator[None]:
+    token = context.attach(ctx)
+    try:
+        yield
+    finally:
+        context.detach(token)
+
+
+class _Stores:
+    """The health stores turns have used while telemetry was on, held weakly.
+
+    A `HealthStore` takes no weak reference (slots), so each is followed through its
+    lock, which lives and dies with it; the entry keeps the store's cooldown tables
+    (read under that lock) and the clock its turns read (cooldown ends are on it).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[int, tuple[weakref.ref[Any], Any, Any, Callable[[], float]]] = {}
+
+    def add(self, store: HealthStore, clock: Callable[[], float]) -> None:
+        key = id(store)
+        lock = store._lock
+        entries = self._entries
+        entry = entries.get(key)
+        if entry is not None and entry[0]() is lock:
+            if entry[3] is not clock:  # the store's turns now run on another clock
+                entries[key] = (entry[0], entry[1], entry[2], clock)
+            return
+        targets, credentials, _ = store.facts(copy=False)
+
+        def gone(ref: weakref.ref[Any], key: int = key) -> None:
+            found = entries.get(key)
+            if found is not None and found[0] is ref:
+                entries.pop(key, None)
+
+        with self._lock:
+            entries[key] = (weakref.ref(lock, gone), targets, credentials, clock)
+
+    def cooldowns(self) -> dict[tuple[tuple[str, Any], ...], int]:
+        """Active cooldowns per (provider, model, server, scope), over every store."""
+        with self._lock:
+            entries = list(self._entries.values())
+        seen_default = any(ref() is DEFAULT._lock for ref, *_ in entries)
+        if not seen_default:
+            d_targets, d_creds, _ = DEFAULT.facts(copy=False)
+            entries.append((weakref.ref(DEFAULT._lock), d_targets, d_creds, time.monotonic))
+        counts: dict[tuple[tuple[str, Any], ...], int] = {}
+        for ref, targets, credentials, clock in entries:
+            lock = ref()
+            if lock is None:
+                continue
+            with lock:
+                t_until = dict(targets)
+                c_until = dict(credentials)
+            now = clock()
+            for tkey, until in t_until.items():
+                labels = _target_labels(tkey, "target")
+                counts[labels] = counts.get(labels, 0) + (until > now)
+            for (tkey, _cred), until in c_until.items():
+                labels = _target_labels(tkey, "credential")
+                counts[labels] = counts.get(labels, 0) + (until > now)
+        return counts
+
+
+def _target_labels(key: Any, scope: str) -> tuple[tuple[str, Any], ...]:
+    """A health-store target key ((provider, base_url, model)) as metric attributes."""
+    if isinstance(key, tuple) and len(key) == 3 and all(isinstance(p, str) for p in key):
+        provider, base_url, model = key
+        host = ""
+        if base_url:
+            try:
+                host = urlsplit(base_url).hostname or ""
+            except ValueError:
+                host = ""
+        return (
+            ("gen_ai.provider.name", provider),
+            ("gen_ai.request.model", model),
+            ("server.address", host),
+            ("fallgate.cooldown.scope", scope),
+        )
+    return (("fallgate.target_key", str(key)), ("fallgate.cooldown.scope", scope))
+
+
+#: Every store a turn used while telemetry was on (and `DEFAULT`), for the gauge.
+STORES: Final = _Stores()
