@@ -510,7 +510,8 @@ def _overview_lines(
             key = ""
         buckets.setdefault(key, []).append(t.trigger)
     lines: list[str] = []
-    for key, triggers in buckets.items():
+    # the last resort reads last: "these fail at once; otherwise (no guard held) these"
+    for key, triggers in sorted(buckets.items(), key=lambda kv: kv[0] == "otherwise"):
         text = ", ".join(_alias_triggers(_uniq(triggers), alias))
         if key == "otherwise":
             lines += _wrap(f"otherwise: {text}", width)

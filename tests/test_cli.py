@@ -66,9 +66,9 @@ def test_an_unknown_format_is_a_usage_error(capsys):
     assert "invalid choice: 'jpeg'" in err
 
 
-@pytest.mark.parametrize("command", ["check", "demo", "diagram"])
+@pytest.mark.parametrize("command", [[], ["check"], ["demo"], ["diagram"], ["serve"]])
 def test_help_never_cites_a_document_that_does_not_exist(capsys, command):
-    code, out, _ = run(capsys, command, "--help")
+    code, out, _ = run(capsys, *command, "--help")
     assert code == 0
     assert "SPEC" not in out
 
@@ -316,7 +316,12 @@ def test_check_exits_0_when_every_property_holds_and_says_1_key(capsys, tmp_path
     assert "holds   fallback_gate" in out
     # no "1 keys", "1 turns", "<= 1 attempts": a count of one takes the singular
     assert not re.search(r"(?<![\d.,])1 [a-z ]*?(key|attempt|event|turn|configuration)s\b", out)
-    assert re.search(r"<= \d+ attempts? and", out)
+    solo = tmp_path / "solo.toml"  # one target, one key, one attempt, no recovery
+    solo.write_text("recover_transport = false\n" + SMALL_POLICY.split("[[")[0])
+    code, out, _ = run(capsys, "check", str(solo))
+    assert code == 0
+    assert "policy: primary (a, 1 key); max_attempts 1" in out
+    assert "bounds: <= 1 attempt and " in out
 
 
 def test_check_exits_1_when_a_property_is_broken(capsys, tmp_path, monkeypatch):

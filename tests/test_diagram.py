@@ -265,6 +265,9 @@ def test_the_overview_draws_the_primary_in_full_and_each_other_target_as_one_box
     assert len(primary) == 5  # calling, transport backoff, recovering, rate limited, server
     boxes = [n for n in nodes if n.startswith("s_fallback")]
     assert boxes == ["s_fallback_1", "s_fallback_2", "s_fallback_3"]  # no phases, chain order
+    assert "fallback_1_" not in text and "_cooling" not in text
+    ends = {x for a, _, b in _overview_edges(text) for x in (a, b)}
+    assert ends <= {*nodes, "g_0"}  # every edge joins drawn nodes
     assert 'subgraph g_0 ["primary: prov-0 · m.one"]' in text
     assert 's_fallback_2["fallback_2<br/>prov-2 · end"]' in text
     edges = {(a, b): label for a, label, b in _overview_edges(text)}
