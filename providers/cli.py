@@ -72,15 +72,13 @@ def supported_suffixes() -> str:
 
 
 def graphviz_hint(fmt: str) -> str:
-    """One line: the format needs Graphviz's `dot`, how to get it, what needs nothing."""
+    """One line: the format needs Graphviz's `dot`, and how to get it (or do without)."""
     return (
         f"{fmt.upper()} output needs Graphviz's `dot`, which is not installed: install it "
         "(Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz) "
         "or use --format mermaid|dot"
     )
 
-
-GRAPHVIZ_HINT = graphviz_hint("svg")
 
 
 class CliError(Exception):
