@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint fuzz bench diagrams graphviz clean typecheck-tree test-openai2 test-pythons \
+.PHONY: demo test lint fuzz bench diagrams clean typecheck-tree test-openai2 test-pythons \
 	test-embed
 
 $(STAMP): pyproject.toml
@@ -13,17 +13,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP) graphviz
+# Installs nothing outside .venv. SVG diagrams need Graphviz's `dot` (a system package);
+# without it the demo writes Mermaid only and prints one line saying how to get SVGs.
+demo: $(STAMP)
 	$(VENV)/bin/fallgate demo
-
-# Graphviz's `dot` (SVG diagrams) is a Debian package: best effort, as Mermaid and DOT
-# output need nothing; without it the demo writes Mermaid only and says so.
-graphviz:
-	@command -v dot >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || \
-	  { SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
-	    { $$SUDO apt-get install -y -q --no-install-recommends graphviz \
-	      || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends graphviz; }; \
-	    } >/dev/null 2>&1 || echo "make: could not install Graphviz (SVG diagrams skipped): apt-get install graphviz"; }
 
 # mypy sees the installed names (fallgate.fsm, fallgate.providers) through links.
 typecheck-tree:
@@ -112,7 +105,7 @@ bench: $(BENCH_STAMP)
 	$(PY) -m bench --out build/bench.json
 
 # Regenerate diagrams/ (Mermaid, DOT; SVG when Graphviz `dot` is installed).
-diagrams: $(STAMP) graphviz
+diagrams: $(STAMP)
 	$(PY) -m fallgate.providers.gallery diagrams
 
 clean:

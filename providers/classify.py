@@ -50,6 +50,15 @@ __all__ = [
 _DETAIL_MAX = 200
 
 
+def _delivered(chunks: int, partial: str) -> str:
+    """``1 chunk, 16 characters delivered`` (singular when one)."""
+    n = len(partial)
+    return (
+        f"{chunks} chunk{'' if chunks == 1 else 's'}, "
+        f"{n} character{'' if n == 1 else 's'} delivered"
+    )
+
+
 class StreamInterrupted(Exception):
     """A stream failed after chunks had reached the caller: the turn is committed.
 
@@ -61,9 +70,7 @@ class StreamInterrupted(Exception):
         self.chunks = chunks
         self.cause = cause
         why = f": {type(cause).__name__}" if cause is not None else ""
-        super().__init__(
-            f"stream interrupted after {chunks} chunk(s), {len(partial)} characters delivered{why}"
-        )
+        super().__init__(f"stream interrupted after {_delivered(chunks, partial)}{why}")
 
 
 class MalformedReply(Exception):
@@ -396,7 +403,6 @@ def _interrupted(e: StreamInterrupted, now: float, provider: Provider | None) ->
     return Outcome(
         OutcomeKind.STREAM_INTERRUPTED,
         status=status,
-        detail=f"stream broke after {e.chunks} chunk(s), "
-        f"{len(e.partial)} characters delivered{why}",
+        detail=f"stream broke after {_delivered(e.chunks, e.partial)}{why}",
         partial=e.partial,
     )

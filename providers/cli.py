@@ -12,6 +12,7 @@ import argparse
 import importlib
 import json
 import os
+import subprocess
 import sys
 import traceback
 from collections.abc import Sequence
@@ -25,23 +26,59 @@ from ..fsm.trace import TraceEvent, from_jsonl
 
 PROG = "fallgate"
 
-#: Exit statuses.
+#: Exit statuses: 0 success; 1 the command ran and failed (a property is broken, a demo
+#: scenario left its expected path, an output could not be written); 2 a usage or input
+#: error (a bad argument, a missing or invalid policy, trace or script file, an unsupported
+#: output suffix); 3 a needed system tool (Graphviz's `dot`) is missing; 130 interrupted.
 OK, FAILED, USAGE, MISSING_TOOL, INTERRUPTED = 0, 1, 2, 3, 130
 
-FORMATS = ("mermaid", "dot", "svg", "markdown")
-_SUFFIX_FORMAT = {
+EXIT_STATUS_HELP = """\
+exit status:
+  0    success
+  1    the command ran and failed: a property is broken (check), a scenario
+       took an unexpected path (demo), an output could not be written
+  2    usage or input error: a bad argument; a missing, unreadable or invalid
+       policy, trace or script file; an unsupported output file suffix
+  3    a needed system tool is missing (Graphviz's `dot` for SVG and PNG)
+  130  interrupted (Ctrl-C)"""
+
+FORMATS = ("mermaid", "markdown", "dot", "svg", "png")
+#: Output file suffix -> format; any other suffix is refused (it would get the wrong bytes).
+SUFFIX_FORMAT = {
     ".mmd": "mermaid",
     ".mermaid": "mermaid",
+    ".md": "markdown",
     ".dot": "dot",
     ".gv": "dot",
     ".svg": "svg",
-    ".md": "markdown",
+    ".png": "png",
 }
-GRAPHVIZ_HINT = (
-    "SVG output needs Graphviz's `dot`, which is not installed: install it "
-    "(Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz) "
-    "or use --format mermaid|dot"
-)
+#: What each format is, for messages.
+FORMAT_WORDS = {
+    "mermaid": "Mermaid",
+    "markdown": "Mermaid in Markdown",
+    "dot": "Graphviz DOT",
+    "svg": "SVG, needs Graphviz",
+    "png": "PNG, needs Graphviz",
+}
+
+
+def supported_suffixes() -> str:
+    """``.mmd/.mermaid (Mermaid), .md (Mermaid in Markdown), ...`` for messages."""
+    by_format: dict[str, list[str]] = {}
+    for suffix, fmt in SUFFIX_FORMAT.items():
+        by_format.setdefault(fmt, []).append(suffix)
+    return ", ".join(f"{'/'.join(sfx)} ({FORMAT_WORDS[f]})" for f, sfx in by_format.items())
+
+
+def graphviz_hint(fmt: str) -> str:
+    """One line: the format needs Graphviz's `dot`, and how to get it (or do without)."""
+    return (
+        f"{fmt.upper()} output needs Graphviz's `dot`, which is not installed: install it "
+        "(Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz) "
+        "or use --format mermaid|dot"
+    )
+
 
 
 class CliError(Exception):
@@ -83,13 +120,13 @@ def load_policy(path: str | None) -> Policy:
         return default_policy()
     p = Path(path)
     if not p.exists():
-        raise CliError(f"policy file not found: {path}")
+        raise CliError(f"policy file not found: {path}", USAGE)
     if p.is_dir():
-        raise CliError(f"policy path is a directory, not a TOML file: {path}")
+        raise CliError(f"policy path is a directory, not a TOML file: {path}", USAGE)
     try:
         return Policy.from_toml(p)
     except PolicyError as e:
-        raise CliError(str(e)) from None
+        raise CliError(str(e), USAGE) from None
 
 
 def load_trace(path: str) -> list[TraceEvent]:
@@ -97,32 +134,68 @@ def load_trace(path: str) -> list[TraceEvent]:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise CliError(f"trace file not found: {path}") from None
+        raise CliError(f"trace file not found: {path}", USAGE) from None
     except (OSError, UnicodeDecodeError) as e:
-        raise CliError(f"cannot read trace file {path}: {e}") from None
+        raise CliError(f"cannot read trace file {path}: {e}", USAGE) from None
     try:
         events = from_jsonl(text)
     except (ValueError, TypeError) as e:
-        raise CliError(f"{path}: {e}") from None
+        raise CliError(f"{path}: {e}", USAGE) from None
     if not events:
-        raise CliError(f"{path}: the trace is empty (expected JSON lines, one per transition)")
+        raise CliError(
+            f"{path}: the trace is empty (expected JSON lines, one per transition)", USAGE
+        )
     return events
 
 
 # -- subcommands --------------------------------------------------------------------------------
 
 
+def output_format(fmt: str | None, output: str | None) -> str:
+    """The format to write: the output file's suffix, else --format, else Mermaid.
+
+    Writing to a file, the suffix decides and must be one we write (a .png gets PNG
+    bytes, never Mermaid text); --format, when also given, must agree with it.
+    """
+    if not output or output == "-":
+        return fmt or "mermaid"
+    suffix = Path(output).suffix.lower()
+    implied = SUFFIX_FORMAT.get(suffix)
+    if implied is None:
+        what = f"suffix {suffix}" if suffix else "no suffix"
+        raise CliError(
+            f"cannot write a diagram to {output} ({what}): the output file's suffix "
+            f"must be one of {supported_suffixes()}",
+            USAGE,
+        )
+    if fmt is not None and fmt != implied:
+        raise CliError(
+            f"--format {fmt} does not match {output} ({suffix} is {implied}): "
+            "drop --format or change the suffix",
+            USAGE,
+        )
+    return implied
+
+
 def cmd_diagram(args: argparse.Namespace) -> int:
-    fmt = args.format
-    if fmt is None:
-        suffix = Path(args.output).suffix.lower() if args.output else ""
-        fmt = _SUFFIX_FORMAT.get(suffix, "mermaid")
+    fmt = output_format(args.format, args.output)
+    if args.overview and fmt not in ("mermaid", "markdown"):
+        raise CliError(
+            f"--overview is drawn in Mermaid only (--format mermaid|markdown, .mmd, .md), "
+            f"not {fmt}",
+            USAGE,
+        )
+    if args.overview and args.trace:
+        raise CliError("--trace highlights a path on the whole machine: drop --overview", USAGE)
     policy = load_policy(args.policy)
     trace = load_trace(args.trace) if args.trace else None
     decl = declare(policy)
     try:
-        if fmt == "mermaid":
-            out: str | bytes = diagram.to_mermaid(decl, trace)
+        if args.overview:
+            text = diagram.to_mermaid_overview(decl)
+            out: str | bytes = text if fmt == "mermaid" else f"```mermaid\n{text}```\n"
+        elif fmt == "mermaid":
+            out = diagram.to_mermaid(decl, trace)
         elif fmt == "markdown":
             out = diagram.to_markdown(decl, trace)
         else:
@@ -130,16 +203,16 @@ def cmd_diagram(args: argparse.Namespace) -> int:
             if fmt == "dot":
                 out = source
             else:
-                from .gallery import have_dot, svg_of
+                from .gallery import graphviz, have_dot
 
                 if not have_dot():
-                    raise CliError(GRAPHVIZ_HINT, MISSING_TOOL)
+                    raise CliError(graphviz_hint(fmt), MISSING_TOOL)
                 try:
-                    out = svg_of(source)
-                except (RuntimeError, OSError) as e:
+                    out = graphviz(source, fmt)
+                except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                     raise CliError(f"Graphviz could not draw the diagram: {e}") from None
     except diagram.DiagramError as e:
-        raise CliError(f"{args.trace}: {e}") from None
+        raise CliError(f"{args.trace}: {e}", USAGE) from None
     _emit(out, args.output)
     return OK
 
@@ -172,7 +245,7 @@ def check_main(path: str | None, as_json: bool) -> int:
     except PolicyError as e:
         text = "; ".join(x.strip() for x in str(e).splitlines())
         print(f"{PROG} check: {text}", file=sys.stderr)
-        return 2
+        return USAGE
     report = check_policy(policy)
     if as_json:
         print(json.dumps(report.to_json()))
@@ -191,9 +264,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     script = Path(args.script)
     if not script.exists():
-        raise CliError(f"script file not found: {args.script}")
+        raise CliError(f"script file not found: {args.script}", USAGE)
     if script.is_dir():
-        raise CliError(f"script path is a directory, not a JSON/TOML file: {args.script}")
+        raise CliError(f"script path is a directory, not a JSON/TOML file: {args.script}", USAGE)
     try:
         from .fault_server import serve_main
     except ImportError as e:
@@ -201,7 +274,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         return int(serve_main(str(script), args.host, args.port))
     except ValueError as e:  # the fault server's ScriptError is a ValueError with file/line
-        raise CliError(str(e)) from None
+        raise CliError(str(e), USAGE) from None
     except OSError as e:
         raise CliError(f"cannot serve on {args.host}:{args.port}: {e.strerror or e}") from None
 
@@ -275,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
             "  fallgate check policy.toml\n"
             "  fallgate providers                     # known providers, which keys are set\n"
             "  fallgate serve --script faults.toml --port 8080\n\n"
-            "Run `fallgate COMMAND --help` for the options of each command."
+            "Run `fallgate COMMAND --help` for the options of each command.\n\n"
+            f"{EXIT_STATUS_HELP}"
         ),
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -284,16 +358,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "demo",
-        help="run SPEC scenarios against an embedded fault server and show each turn's path",
+        help="play the regression scenarios in docs/design.md against an embedded fault "
+        "server and show each turn's path",
         formatter_class=fmt,
         description=(
-            "Starts the embedded fault server on 127.0.0.1 (a random free port), runs\n"
-            "SPEC scenario 1 and more (Retry-After on the primary, a stream broken after\n"
-            "delivery, context too long, ...) through fallgate with the real `openai`\n"
-            "SDK over real HTTP, prints every turn's path (state, event, wait, target,\n"
-            "elapsed) and writes each path's diagram. Needs no API key and no network\n"
-            "beyond loopback; finishes in a few seconds and leaves nothing running."
+            "Starts the embedded fault server on 127.0.0.1 (a random free port) and plays\n"
+            "the regression scenarios in docs/design.md (1: a 429 after two timeouts and\n"
+            "a client rebuild still falls back; 2: Retry-After on the primary; 4: 503 on\n"
+            "the primary; 6: context too long; 7: a stream broken after delivery) through\n"
+            "fallgate with the real `openai` SDK over real HTTP. Prints every turn's path\n"
+            "(state, event, wait, target, elapsed) and writes each path's diagram. Needs\n"
+            "no API key and no network beyond loopback; finishes in a few seconds and\n"
+            "leaves nothing running."
         ),
+        epilog="exit status: 0 when every scenario took its expected path, 1 when one did "
+        "not;\n2 for a bad argument, 130 when interrupted.",
     )
     p.add_argument(
         "--json",
@@ -313,14 +392,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "diagram",
-        help="draw a policy's turn machine (Mermaid, DOT or SVG), optionally with a turn's path",
+        help="draw a policy's turn machine (Mermaid, DOT, SVG or PNG), optionally with a "
+        "turn's path",
         formatter_class=fmt,
         description=(
             "Draws the turn machine declared for POLICY (default: the built-in default\n"
             "policy): one box per target of the chain with its phase states, guards on\n"
-            "the edges. With --trace, the path a turn took is highlighted, its steps\n"
-            "numbered. Mermaid and DOT need nothing installed; SVG needs Graphviz."
+            "the edges. --overview draws the compact form instead (the primary's phases,\n"
+            "each fallback as one box). With --trace, the path a turn took is\n"
+            "highlighted, its steps numbered. Mermaid and DOT need nothing installed;\n"
+            "SVG and PNG need Graphviz's `dot`.\n\n"
+            "With -o FILE the suffix decides the format: .mmd/.mermaid (Mermaid), .md\n"
+            "(Mermaid in Markdown), .dot/.gv (DOT), .svg (SVG), .png (PNG); any other\n"
+            "suffix is refused."
         ),
+        epilog=EXIT_STATUS_HELP,
     )
     p.add_argument("policy", nargs="?", metavar="POLICY.toml", help="policy file (TOML)")
     p.add_argument(
@@ -328,26 +414,45 @@ def build_parser() -> argparse.ArgumentParser:
         "-f",
         choices=FORMATS,
         help="output format (default: from -o's suffix, else mermaid); markdown is "
-        "Mermaid inside a Markdown page that renders on GitHub",
+        "Mermaid inside a Markdown page that renders on GitHub; svg and png need Graphviz",
+    )
+    p.add_argument(
+        "--overview",
+        action="store_true",
+        help="the compact overview (Mermaid only): the primary's phases in full, every "
+        "other target as one box in chain order",
     )
     p.add_argument(
         "--trace",
         metavar="TRACE.jsonl",
-        help="a turn's trace as JSON lines (fsm.to_jsonl(result.trace)) to highlight",
+        help="a turn's trace as JSON lines (fallgate.fsm.trace.to_jsonl(result.trace)) "
+        "to highlight",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p.set_defaults(run=cmd_diagram)
 
     p = sub.add_parser(
         "check",
-        help="model-check a policy: every reachable state, every SPEC property",
+        help="model-check a policy: every reachable state, the ten properties",
         formatter_class=fmt,
         description=(
             "Explores every reachable (state, counters) pair of POLICY's machine\n"
-            "(default: the built-in default policy) and checks the properties of\n"
-            "SPEC section 5. Prints the states explored and each property held, or\n"
-            "the shortest outcome sequence that breaks one. Exit status 0 when all\n"
-            "hold, 1 when one is broken or the policy is invalid."
+            "(default: the built-in default policy) and checks ten properties on every\n"
+            "edge: the fallback gate never closes for good while a fallback is\n"
+            "eligible; every turn terminates within a bound; no ping-pong back up the\n"
+            "chain; waits are honest (capped, within the deadline, never before a\n"
+            "Retry-After); non-retryable means not retried; credential rotation is\n"
+            "bounded; a turn starts clean; a committed stream is never replayed; no\n"
+            "secret ever leaks; what executes is what is declared. Prints the states\n"
+            "explored and each property held, or the shortest outcome sequence that\n"
+            "breaks one. (docs/design.md states each property and how it is checked.)"
+        ),
+        epilog=(
+            "exit status:\n"
+            "  0    every property holds\n"
+            "  1    a property is broken (or the search was cut short)\n"
+            "  2    usage or input error: a bad argument, a missing or invalid policy\n"
+            "  130  interrupted (Ctrl-C)"
         ),
     )
     p.add_argument("policy", nargs="?", metavar="POLICY.toml", help="policy file (TOML)")

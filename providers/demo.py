@@ -350,7 +350,8 @@ def report(o: Outcome, files: Sequence[Path], stream: TextIO) -> None:
             f"{t.name} {t.model}" + (f" [{t.context_length // 1024}k]" if t.context_length else "")
             for t in p.targets
         )
-        print(f"   chain: {chain}; max {p.max_attempts} attempts per target", file=stream)
+        most = p.max_attempts
+        print(f"   chain: {chain}; max {most} attempt{'s' * (most != 1)} per target", file=stream)
     if o.earlier:
         print(f"   {o.earlier}", file=stream)
     for line in table(o.trace):
@@ -358,7 +359,9 @@ def report(o: Outcome, files: Sequence[Path], stream: TextIO) -> None:
     if o.final_state == "done":
         how = f"answered {o.answer!r}"
     elif o.partial is not None:
-        how = f"the caller keeps the {len(o.partial)} characters delivered: {o.partial!r}"
+        k = len(o.partial)
+        chars = f"{k} character{'' if k == 1 else 's'}"
+        how = f"the caller keeps the {chars} delivered: {o.partial!r}"
     else:
         how = o.failure
     n = sum(o.requests.values())
@@ -374,6 +377,13 @@ def report(o: Outcome, files: Sequence[Path], stream: TextIO) -> None:
     if files:
         print(f"   diagram: {', '.join(str(f) for f in files)}", file=stream)
     print(file=stream)
+
+
+#: Printed after the demo when Graphviz's `dot` is missing (the diagrams are Mermaid only).
+NO_DOT_HINT = (
+    "No SVG diagrams: Graphviz's `dot` is not installed. To get them: "
+    "apt-get install graphviz (macOS: brew install graphviz), then make diagrams."
+)
 
 
 def write_diagram(o: Outcome, out: Path) -> list[Path]:
@@ -417,5 +427,5 @@ def demo_main(as_json: bool = False, out: Path = Path("build/demo"), diagrams: b
             f"in {time.perf_counter() - t0:.1f}s."
         )
         if diagrams and not shutil.which("dot"):
-            print("(SVG diagrams need Graphviz: apt-get install graphviz)")
+            print(NO_DOT_HINT)
     return 0 if all(o.ok for o in outcomes) else 1

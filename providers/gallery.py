@@ -5,7 +5,9 @@ tests regenerate them in memory and fail when a committed file is stale. Without
 DIR it writes into the checkout's ``diagrams/``, and only in a checkout: an
 installed fallgate has no such directory (and must not write into site-packages).
 
-* ``turn-machine.{md,mmd,dot,svg}``: the default policy's machine;
+* ``overview.mmd``: the compact overview of the default policy's machine (the
+  primary's phases in full, the fallbacks as one box each), embedded in the README;
+* ``turn-machine.{md,mmd,dot,svg}``: the default policy's whole machine;
 * ``scenario-1.{md,dot,svg}``: Scenario 1's path, highlighted, produced by
   running the scenario on the pure core with scripted outcomes (no network);
   ``scenario-1.toml`` and ``scenario-1.trace.jsonl`` are its policy and trace,
@@ -128,11 +130,17 @@ def have_dot() -> bool:
 
 def svg_of(dot_source: str, timeout: float = 30.0) -> bytes:
     """Render DOT to SVG with Graphviz's `dot` (raises FileNotFoundError without it)."""
+    return graphviz(dot_source, "svg", timeout)
+
+
+def graphviz(dot_source: str, fmt: str, timeout: float = 30.0) -> bytes:
+    """Render DOT with Graphviz's `dot -T<fmt>` (``svg``, ``png``); raises
+    FileNotFoundError without `dot`, RuntimeError when it fails."""
     exe = shutil.which("dot")
     if exe is None:
         raise FileNotFoundError("dot")
     done = subprocess.run(
-        [exe, "-Tsvg"],
+        [exe, f"-T{fmt}"],
         input=dot_source.encode(),
         capture_output=True,
         timeout=timeout,
@@ -149,6 +157,7 @@ def sources() -> dict[str, str]:
     s1 = declare(scenario_1_policy())
     trace = scenario_1_trace()
     return {
+        "overview.mmd": diagram.to_mermaid_overview(default),
         "turn-machine.md": diagram.to_markdown(default, intro=DEFAULT_INTRO),
         "turn-machine.mmd": diagram.to_mermaid(default),
         "turn-machine.dot": diagram.to_dot(default),

@@ -1,13 +1,17 @@
 """The `fallgate` command line: complete help, and one clear line for every bad input.
 
 Bad arguments and bad files exit non-zero with a message on stderr naming the
-problem (file, field, line) — never a traceback.
+problem (file, field, line) — never a traceback. Exit statuses: 0 success, 1 the
+command ran and failed (a broken property, an unwritable output), 2 a usage or
+input error (bad argument, missing or invalid file, unsupported output suffix), 3 a
+missing system tool (Graphviz), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fallgate.fsm import checker
 from fallgate.providers import gallery
 from fallgate.providers.cli import main
 
@@ -37,7 +42,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
         ([], ["demo", "diagram", "check", "serve", "examples:"]),
         (["demo"], ["--json", "--out", "fault server", "openai"]),
         (["diagram"], ["--format", "--trace", "--output", "mermaid", "svg", "Graphviz"]),
-        (["check"], ["--json", "properties", "shortest"]),
+        (["check"], ["--json", "properties", "shortest", "exit status"]),
         (["providers"], ["--json", "base_url", "never its value", "[providers.<name>]"]),
         (["serve"], ["--script", "--port", "--host", "Ctrl-C"]),
     ],
@@ -57,9 +62,35 @@ def test_no_command_is_a_one_line_usage_error(capsys):
 
 
 def test_an_unknown_format_is_a_usage_error(capsys):
-    code, _, err = run(capsys, "diagram", "--format", "png")
+    code, _, err = run(capsys, "diagram", "--format", "jpeg")
     assert code == 2
-    assert "invalid choice: 'png'" in err
+    assert "invalid choice: 'jpeg'" in err
+
+
+@pytest.mark.parametrize("command", [[], ["check"], ["demo"], ["diagram"], ["serve"]])
+def test_help_never_cites_a_document_that_does_not_exist(capsys, command):
+    code, out, _ = run(capsys, *command, "--help")
+    assert code == 0
+    assert "SPEC" not in out
+
+
+def test_help_states_the_exit_statuses(capsys):
+    _, out, _ = run(capsys, "check", "--help")
+    assert "0    every property holds" in out
+    assert "1    a property is broken" in out
+    assert "2    usage or input error" in out
+    _, out, _ = run(capsys, "--help")
+    for line in (
+        "0    success",
+        "1    the command ran and failed",
+        "2    usage or input",
+        "3    a needed system tool is missing",
+        "130  interrupted",
+    ):
+        assert line in out, line
+    _, out, _ = run(capsys, "demo", "--help")
+    assert "regression scenarios in docs/design.md" in out
+    assert "exit status: 0 when every scenario took its expected path, 1 when" in out
 
 
 def test_a_bad_port_is_a_usage_error(capsys):
@@ -100,6 +131,91 @@ def test_diagram_format_follows_the_output_suffix(capsys, tmp_path):
     assert f"wrote {out}" in err
 
 
+@pytest.mark.parametrize(
+    ("name", "start"),
+    [
+        ("m.mmd", "stateDiagram-v2\n"),
+        ("m.mermaid", "stateDiagram-v2\n"),
+        ("m.md", "# fallgate turn machine"),
+        ("m.dot", "digraph fallgate {"),
+        ("m.gv", "digraph fallgate {"),
+    ],
+)
+def test_each_text_suffix_gets_its_format(capsys, tmp_path, name, start):
+    out = tmp_path / name
+    code, _, _ = run(capsys, "diagram", "-o", str(out))
+    assert code == 0
+    assert out.read_text().startswith(start)
+
+
+@pytest.mark.parametrize("name", ["m.txt", "m.jpeg", "m.PDF", "machine"])
+def test_an_unsupported_output_suffix_is_refused_listing_the_supported_ones(capsys, tmp_path, name):
+    out = tmp_path / name
+    code, stdout, err = run(capsys, "diagram", "-o", str(out))
+    assert code == 2
+    assert not out.exists() and stdout == ""
+    assert err.strip().count("\n") == 0
+    assert f"cannot write a diagram to {out}" in err
+    for suffix in (".mmd", ".md", ".dot", ".svg", ".png"):
+        assert suffix in err
+
+
+def test_format_and_suffix_must_agree(capsys, tmp_path):
+    out = tmp_path / "m.png"
+    code, _, err = run(capsys, "diagram", "--format", "mermaid", "-o", str(out))
+    assert code == 2
+    assert not out.exists()
+    assert "--format mermaid does not match" in err
+    code, _, _ = run(capsys, "diagram", "--format", "dot", "-o", str(tmp_path / "m.dot"))
+    assert code == 0
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` is not installed")
+def test_diagram_png_with_graphviz(capsys, tmp_path):
+    out = tmp_path / "m.png"
+    code, _, _ = run(capsys, "diagram", "-o", str(out))
+    assert code == 0
+    assert out.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` is not installed")
+def test_diagram_svg_by_suffix_with_graphviz(capsys, tmp_path):
+    out = tmp_path / "m.svg"
+    code, _, _ = run(capsys, "diagram", "-o", str(out))
+    assert code == 0
+    assert out.read_text().lstrip().startswith("<?xml")
+
+
+@pytest.mark.parametrize(("suffix", "word"), [(".png", "PNG"), (".svg", "SVG")])
+def test_png_and_svg_without_graphviz_name_the_missing_dot(
+    capsys, monkeypatch, tmp_path, suffix, word
+):
+    monkeypatch.setenv("PATH", "")
+    out = tmp_path / f"m{suffix}"
+    code, stdout, err = run(capsys, "diagram", "-o", str(out))
+    assert code == 3
+    assert not out.exists() and stdout == ""
+    assert err.startswith(f"fallgate: {word} output needs Graphviz's `dot`, which is not installed")
+    assert "apt-get install graphviz" in err
+    assert err.strip().count("\n") == 0
+
+
+def test_the_overview_is_mermaid_only(capsys, tmp_path):
+    code, out, _ = run(capsys, "diagram", "--overview")
+    assert code == 0
+    assert out == (gallery.DIAGRAMS / "overview.mmd").read_text()
+    md = tmp_path / "o.md"
+    code, _, _ = run(capsys, "diagram", "--overview", "-o", str(md))
+    assert code == 0
+    assert md.read_text() == f"```mermaid\n{out}```\n"
+    for bad in ("o.dot", "o.svg", "o.png"):
+        code, _, err = run(capsys, "diagram", "--overview", "-o", str(tmp_path / bad))
+        assert code == 2 and "--overview is drawn in Mermaid only" in err
+    trace = str(gallery.DIAGRAMS / "scenario-1.trace.jsonl")
+    code, _, err = run(capsys, "diagram", "--overview", "--trace", trace)
+    assert code == 2 and "drop --overview" in err
+
+
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` is not installed")
 def test_diagram_svg_with_graphviz(capsys, tmp_path):
     out = tmp_path / "m.svg"
@@ -119,7 +235,7 @@ def test_svg_without_graphviz_says_how_to_get_it(capsys, monkeypatch):
 
 def test_a_missing_policy_file_is_one_line(capsys):
     code, _, err = run(capsys, "diagram", "no/such/policy.toml")
-    assert code == 1
+    assert code == 2
     assert err == "fallgate: policy file not found: no/such/policy.toml\n"
 
 
@@ -127,7 +243,7 @@ def test_bad_toml_names_the_file(capsys, tmp_path):
     bad = tmp_path / "p.toml"
     bad.write_text("max_attempts = [\n")
     code, _, err = run(capsys, "diagram", str(bad))
-    assert code == 1
+    assert code == 2
     assert f"{bad}: not valid TOML" in err
 
 
@@ -138,7 +254,7 @@ def test_an_invalid_policy_names_each_field_value_and_line(capsys, tmp_path):
         'api_key = "sk-SECRET-123456"\nrotation = "random"\n'
     )
     code, _, err = run(capsys, "diagram", str(bad))
-    assert code == 1
+    assert code == 2
     assert f"invalid policy in {bad} (2 problems)" in err
     assert "line 1: max_attempts = 0: must be an integer between 1 and 1000" in err
     assert "line 6: primary.rotation = 'random'" in err
@@ -147,18 +263,18 @@ def test_an_invalid_policy_names_each_field_value_and_line(capsys, tmp_path):
 
 def test_trace_errors_name_the_file_and_line(capsys, tmp_path):
     code, _, err = run(capsys, "diagram", "--trace", str(tmp_path / "none.jsonl"))
-    assert (code, err) == (1, f"fallgate: trace file not found: {tmp_path / 'none.jsonl'}\n")
+    assert (code, err) == (2, f"fallgate: trace file not found: {tmp_path / 'none.jsonl'}\n")
     bad = tmp_path / "t.jsonl"
     bad.write_text('{"seq": 1}\nnot json\n')
     code, _, err = run(capsys, "diagram", "--trace", str(bad))
-    assert code == 1
+    assert code == 2
     assert "trace line 1: missing action, dest, event, source, time" in err
 
 
 def test_a_trace_recorded_with_another_policy_is_refused(capsys):
     trace = str(gallery.DIAGRAMS / "scenario-1.trace.jsonl")
     code, out, err = run(capsys, "diagram", "--trace", trace)
-    assert code == 1 and out == ""
+    assert code == 2 and out == ""
     assert "target primary is model 'glm-5.1' in the trace but 'gpt-4.1' in this policy" in err
 
 
@@ -173,14 +289,58 @@ def test_an_unwritable_output_is_one_line(capsys, tmp_path):
 # -- check and serve ----------------------------------------------------------------------------
 
 
-def test_check_refuses_an_invalid_policy_with_the_field(capsys, tmp_path):
+def test_check_refuses_an_invalid_policy_with_the_field_exit_2(capsys, tmp_path):
     bad = tmp_path / "p.toml"
     bad.write_text('[primary]\nprovider = "x"\n')
-    code, _, err = run(capsys, "check", str(bad))
-    assert code == 1
+    code, out, err = run(capsys, "check", str(bad))
+    assert code == 2
+    assert out == ""
     assert "primary.model: missing (required)" in err
     code, _, err = run(capsys, "check", str(tmp_path / "missing.toml"))
-    assert code == 1 and "policy file not found" in err
+    assert code == 2 and "policy file not found" in err
+    code, _, err = run(capsys, "check", "--no-such-option")
+    assert code == 2
+
+
+SMALL_POLICY = (
+    'max_attempts = 1\n[primary]\nprovider = "a"\nmodel = "a"\nkey_env = "A_KEY"\n'
+    '[[fallback_providers]]\nprovider = "b"\nmodel = "b"\nkey_env = "B_KEY"\n'
+)
+
+
+def test_check_exits_0_when_every_property_holds_and_says_1_key(capsys, tmp_path):
+    small = tmp_path / "p.toml"
+    small.write_text(SMALL_POLICY)
+    code, out, _ = run(capsys, "check", str(small))
+    assert code == 0
+    assert "policy: primary (a, 1 key) -> fallback_1 (b, 1 key); max_attempts 1" in out
+    assert "holds   fallback_gate" in out
+    # no "1 keys", "1 turns", "<= 1 attempts": a count of one takes the singular
+    assert not re.search(r"(?<![\d.,])1 [a-z ]*?(key|attempt|event|turn|configuration)s\b", out)
+    solo = tmp_path / "solo.toml"  # one target, one key, one attempt, no recovery
+    solo.write_text("recover_transport = false\n" + SMALL_POLICY.split("[[")[0])
+    code, out, _ = run(capsys, "check", str(solo))
+    assert code == 0
+    assert "policy: primary (a, 1 key); max_attempts 1" in out
+    assert "bounds: <= 1 attempt and " in out
+
+
+def test_check_exits_1_when_a_property_is_broken(capsys, tmp_path, monkeypatch):
+    # A real broken machine: a fallback index that goes stale after transport recovery
+    # (tests/test_checker_broken.py), checked through the command line.
+    from test_checker_broken import STALE_NEXT_IS
+
+    real = checker.check_policy
+    monkeypatch.setattr(checker, "check_policy", lambda p: real(p, guards=STALE_NEXT_IS))
+    small = tmp_path / "p.toml"
+    small.write_text(SMALL_POLICY.replace("max_attempts = 1", "max_attempts = 2"))
+    code, out, err = run(capsys, "check", str(small))
+    assert code == 1, err
+    assert "BROKEN  fallback_gate" in out
+    assert "counterexample (6 events; replay with fallgate.fsm.checker.replay" in out
+    code, out, _ = run(capsys, "check", str(small), "--json")
+    assert code == 1
+    assert "counterexample" in json.loads(out)["properties"]["fallback_gate"]
 
 
 def test_check_model_checks_a_small_policy(capsys, tmp_path):
@@ -199,7 +359,7 @@ def test_check_model_checks_a_small_policy(capsys, tmp_path):
 
 def test_serve_refuses_a_missing_script(capsys, tmp_path):
     code, _, err = run(capsys, "serve", "--script", str(tmp_path / "none.toml"))
-    assert (code, err) == (1, f"fallgate: script file not found: {tmp_path / 'none.toml'}\n")
+    assert (code, err) == (2, f"fallgate: script file not found: {tmp_path / 'none.toml'}\n")
 
 
 def test_serve_runs_the_fault_server_until_interrupted(tmp_path):

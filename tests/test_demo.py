@@ -12,12 +12,16 @@ import contextlib
 import io
 import json
 import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from fallgate.providers import demo
 from fallgate.providers.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
 
 EXPECTED = {
     "scenario-1": (
@@ -99,3 +103,28 @@ def test_demo_prints_each_turns_path_as_a_table(capsys):
     assert "'Once upon a time'" in text
     assert "5/5 scenarios took their expected path" in text
     assert "sk-demo" not in text  # keys never printed
+
+
+def test_without_graphviz_the_demo_says_in_one_line_how_to_get_svgs(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", "")  # no `dot` to be found
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    about = [line for line in text.splitlines() if "Graphviz" in line or "apt-get" in line]
+    assert about == [demo.NO_DOT_HINT]
+    assert "apt-get install graphviz" in about[0] and "then make diagrams" in about[0]
+    assert list(tmp_path.glob("*.md")) and not list(tmp_path.glob("*.svg"))
+
+
+@pytest.mark.parametrize("target", ["demo", "diagrams"])
+def test_make_demo_and_diagrams_install_nothing_system_wide(target):
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    done = subprocess.run(
+        [make, "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    recipe = done.stdout
+    assert f"fallgate{' demo' if target == 'demo' else '.providers.gallery'}" in recipe
+    for word in ("apt-get", "apt ", "sudo", "brew", "dnf", "yum"):
+        assert word not in recipe, (target, word, recipe)

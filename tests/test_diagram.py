@@ -226,9 +226,115 @@ def test_a_trace_recorded_with_other_models_is_refused():
         diagram.to_mermaid(declare(chain("x", "y")), trace)
 
 
-@pytest.mark.parametrize("page", ["docs/cli.md", "README.md"])
-def test_the_docs_embed_the_current_default_diagram(page):
+@pytest.mark.parametrize(
+    ("page", "embedded"), [("docs/cli.md", "turn-machine.mmd"), ("README.md", "overview.mmd")]
+)
+def test_the_docs_embed_the_current_default_diagram(page, embedded):
     doc = (gallery.DIAGRAMS.parent / page).read_text()
     fence = re.search(r"```mermaid\n(.*?)```", doc, re.S)
     assert fence is not None
-    assert fence.group(1) == (gallery.DIAGRAMS / "turn-machine.mmd").read_text()
+    assert fence.group(1) == (gallery.DIAGRAMS / embedded).read_text()
+
+
+def test_the_readme_links_the_whole_machine_next_to_the_overview():
+    readme = (gallery.DIAGRAMS.parent / "README.md").read_text()
+    section = readme[readme.index("## The machine") : readme.index("```mermaid")]
+    for link in ("diagrams/turn-machine.svg", "diagrams/turn-machine.md"):
+        assert f"]({link})" in section, link
+        assert (gallery.DIAGRAMS.parent / link).exists()
+
+
+# -- the compact overview -----------------------------------------------------------------------
+
+
+def _overview_nodes(text: str) -> list[str]:
+    """Ids of the overview's node definitions, in order (subgraph and legend excluded)."""
+    return re.findall(r"^\s+(s_\w+)[\[(]", text, re.M)
+
+
+def _overview_edges(text: str) -> list[tuple[str, str, str]]:
+    return re.findall(r"^\s+(\S+) <?-->\|\"([^\"]*)\"\| (\S+)$", text, re.M)
+
+
+def test_the_overview_draws_the_primary_in_full_and_each_other_target_as_one_box_in_order():
+    decl = declare(chain("m.one", "m-two", "end", "four", provider="prov-{i}", keys=2))
+    text = diagram.to_mermaid_overview(decl)
+    nodes = _overview_nodes(text)
+    primary = [s.name for s in decl.states if s.target == 0 and s.phase is not Phase.COOLING]
+    assert [n for n in nodes if n.startswith("s_primary")] == [f"s_{n}" for n in primary]
+    assert len(primary) == 5  # calling, transport backoff, recovering, rate limited, server
+    boxes = [n for n in nodes if n.startswith("s_fallback")]
+    assert boxes == ["s_fallback_1", "s_fallback_2", "s_fallback_3"]  # no phases, chain order
+    assert "fallback_1_" not in text and "_cooling" not in text
+    ends = {x for a, _, b in _overview_edges(text) for x in (a, b)}
+    assert ends <= {*nodes, "g_0"}  # every edge joins drawn nodes
+    assert 'subgraph g_0 ["primary: prov-0 · m.one"]' in text
+    assert 's_fallback_2["fallback_2<br/>prov-2 · end"]' in text
+    edges = {(a, b): label for a, label, b in _overview_edges(text)}
+    # the chain, one step at a time (a fall-back further down is summarised by the guard)
+    assert ("g_0", "s_fallback_1") in edges and "[next eligible target]" in edges[
+        ("g_0", "s_fallback_1")
+    ]
+    assert ("s_fallback_1", "s_fallback_2") in edges and ("s_fallback_2", "s_fallback_3") in edges
+    assert not any(b in {"s_fallback_2", "s_fallback_3"} for a, b in edges if a == "g_0")
+    for src in ("g_0", *boxes):
+        assert edges[(src, "s_done")] == "success"
+        assert (src, "s_failed") in edges
+    assert ("s_fallback_3", "s_fallback_1") not in edges  # never back up the chain
+
+
+def test_the_overview_labels_are_read_off_the_declaration():
+    policy = chain("a", "b", keys=2, max_attempts=4, retry_after_cap=12, deadline=90)
+    decl = declare(policy)
+    text = diagram.to_mermaid_overview(decl)
+    flat = text.replace("<br/>", " ")
+    # the primary's own edges, each with the guard the declaration gives it
+    for t in decl.transitions:
+        src, dst = decl.state(t.source), decl.state(t.dest)
+        if src.target == 0 and dst.target == 0 and t.guard is not None:
+            words = diagram._m(t.guard.label(policy, t.arg))
+            assert words in flat, words
+    assert "attempts #lt; 4, wait ≤ 12s, fits the 90s deadline" in flat
+    # an edge and its way back are one double-headed arrow; rotation is written in its state
+    back = r"s_primary <-->\|\"transport .*← waited\"\| s_primary_transport_backoff"
+    assert re.search(back, flat)
+    assert re.search(r"s_primary <-->\|\"transport .*← rebuilt\"\| s_primary_recovering", flat)
+    assert "s_primary --> s_primary" not in text
+    assert "↻ rate_limited, quota, auth" in flat and "call with the next key" in flat
+    assert "fault* = transport, rate_limited, quota, overloaded, auth, not_found," in flat
+    assert "each fallback has the same phases as primary" in flat
+
+
+def test_the_overview_follows_the_policy():
+    lean = diagram.to_mermaid_overview(declare(chain("a", "b", recover_transport=False)))
+    assert "s_primary_recovering" not in lean and "rebuild_failed" not in lean
+    streams = declare(
+        chain("a", "b", continue_streams=True, rules={"stream_interrupted": {"retry": True}})
+    )
+    assert 's_primary_continuing["primary_continuing<br/>↻ stream_interrupted' in (
+        diagram.to_mermaid_overview(streams)
+    )
+    solo = diagram.to_mermaid_overview(declare(chain("only")))
+    assert "s_fallback" not in solo and "each fallback" not in solo
+    assert 'g_0 -->|"success"| s_done' in solo
+    # nothing falls back: a fallback is entered only at turn start, so that edge is drawn
+    kinds = ("transport", "rate_limited", "quota", "overloaded", "auth", "not_found")
+    stay = chain("a", "b", rules={k: {"fall_back": False} for k in (*kinds, "context_too_long")})
+    text = diagram.to_mermaid_overview(declare(stay))
+    assert 's_idle -->|"start<br/>[first not cooling =<br/>fallback_1]"| s_fallback_1' in text
+    assert "g_0 -->" in text and "g_0 --> s_fallback_1" not in text
+
+
+def test_the_overview_ids_are_safe_and_it_never_shows_a_key():
+    decl = declare(chain("end", "state.v2", "a-b/c:d", 'q"uote', keys=2))
+    text = diagram.to_mermaid_overview(decl)
+    assert KEY_PREFIX not in text and KEY_TAIL not in text
+    for a, _, b in _overview_edges(text):
+        for ident in (a, b):
+            assert re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", ident), ident
+    assert 'q"uote' not in text  # a quote would end the label early
+
+
+def test_mermaid_label_escapes_are_one_pass():
+    # '"' -> '#quot;' must not have its ';' escaped again (it showed as "#quot;")
+    assert diagram._m('q"u;o#t<1>%{x}') == "q#quot;u#59;o#35;t#lt;1#gt;#37;(x)"

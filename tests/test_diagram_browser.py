@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from fallgate.fsm import Policy, diagram
+from fallgate.fsm.defaults import default_policy
 from fallgate.fsm.machine import declare
 from fallgate.fsm.testing import play
 from fallgate.providers import gallery
@@ -170,6 +171,42 @@ def test_every_mermaid_diagram_we_emit_renders_in_chromium():
     assert "fallback_1: zai · glm-4.7" in s1_svg
     nasty_svg = _svg_of(dom, "nasty_path")
     assert "fallback_2: p.2 · a-b/c:d" in nasty_svg
+    # every name shows as written (an entity is never escaped twice: no "#quot;" on screen)
+    assert 'fallback_3: p.3 · q"uote' in nasty_svg
+    assert "fallback_4: p.4 · x;y#z" in nasty_svg
+    assert "fallback_5: p.5 · graph&lt;1&gt;" in nasty_svg
+
+
+@needs_browser
+def test_the_readme_overview_renders_compact_with_the_chain_in_order():
+    src = (gallery.DIAGRAMS / "overview.mmd").read_text()
+    assert src == diagram.to_mermaid_overview(declare(default_policy()))
+    nasty = diagram.to_mermaid_overview(declare(nasty_policy()))
+    results, dom = render({"overview": src, "nasty_overview": nasty})
+    assert results == {"overview": "ok", "nasty_overview": "ok"}, results
+    assert "Syntax error" not in dom
+    svg = _svg_of(dom, "overview")
+    for ident in re.findall(r"^\s+(s_\w+)[\[(]", src, re.M):  # one drawn node per box
+        assert re.search(rf'id="d_overview-flowchart-{ident}-\d+"', svg), ident
+    assert 'id="d_overview-g_0"' in svg  # the primary's group
+    assert "primary: openai · gpt-4.1" in svg
+    nasty_svg = _svg_of(dom, "nasty_overview")
+    for shown in ("primary: p-0 · end", 'p.3 · q"uote', "p.4 · x;y#z", "p.5 · graph&lt;1&gt;"):
+        assert shown in nasty_svg, shown
+    # Reads at README width: its natural width is about 900 px, so GitHub scales it by
+    # 0.9 or more (the whole machine is over 4000 px wide: 3 px text).
+    width = float(re.search(r'<svg id="d_overview"[^>]*max-width: ([\d.]+)px', dom).group(1))
+    assert width <= 1000, width
+
+    # The chain reads top to bottom in order: primary's group, fallback_1, 2, 3, then the ends.
+    def y(ident: str) -> float:
+        node = rf'id="d_overview-flowchart-{ident}-\d+"'
+        m = re.search(node + r'[^>]*transform="translate\(([\d.]+), ?([\d.]+)\)"', svg)
+        assert m, ident
+        return float(m.group(2))
+
+    boxes = [y(f"s_fallback_{i}") for i in (1, 2, 3)]
+    assert y("s_idle") < boxes[0] < boxes[1] < boxes[2] < min(y("s_done"), y("s_failed"))
 
 
 def _svg_of(dom: str, name: str) -> str:

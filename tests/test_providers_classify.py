@@ -282,10 +282,13 @@ def test_a_stream_broken_after_delivery_is_stream_interrupted(sdk: Caller) -> No
     o = classify_openai(StreamInterrupted("chunk-1 chunk-2 chunk-3 ", 3, cause))
     assert o.kind is OutcomeKind.STREAM_INTERRUPTED
     assert o.partial == "chunk-1 chunk-2 chunk-3 "
-    assert "3 chunk(s)" in o.detail and "transport" in o.detail
+    assert "after 3 chunks, 24 characters delivered" in o.detail and "transport" in o.detail
     ended = classify_openai(StreamInterrupted("abc", 1))
     assert ended.kind is OutcomeKind.STREAM_INTERRUPTED
     assert "ended before its finish_reason" in ended.detail
+    assert "after 1 chunk, 3 characters delivered" in ended.detail
+    one = StreamInterrupted("a", 1)
+    assert "after 1 chunk, 1 character delivered" in str(one)
 
 
 @pytest.mark.parametrize("exc", [asyncio.CancelledError(), KeyboardInterrupt()])

@@ -15,6 +15,11 @@ from .properties import PROPERTIES
 from .steps import COOL_CREDENTIAL, COOL_TARGET, Step, format_steps, steps_to_json
 
 
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 key``, ``2 keys``: a number and its noun, singular when the number is one."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 @attrs.frozen
 class Violation:
     """A broken property and a shortest event sequence that breaks it."""
@@ -81,14 +86,17 @@ class CheckReport:
     def text(self) -> str:
         p = self.policy
         rate = self.states / self.seconds if self.seconds > 0 else float("inf")
-        chain = " -> ".join(f"{t.name} ({t.model}, {len(t.pool())} keys)" for t in p.targets)
+        chain = " -> ".join(
+            f"{t.name} ({t.model}, {_count(len(t.pool()), 'key')})" for t in p.targets
+        )
         lines = [
             f"policy: {chain}; max_attempts {p.max_attempts}",
-            f"explored {self.states} states, {self.transitions} transitions in "
-            f"{self.seconds:.2f} s ({rate:,.0f} states/s); {self.initial} initial "
-            f"configurations, {self.turns} turns per path",
-            f"bounds: <= {self.bounds.attempts} attempts and {self.bounds.events} events per "
-            f"turn, waits <= {self.bounds.wait:g} s",
+            f"explored {_count(self.states, 'state')}, {_count(self.transitions, 'transition')} "
+            f"in {self.seconds:.2f} s ({rate:,.0f} states/s); "
+            f"{_count(self.initial, 'initial configuration')}, "
+            f"{_count(self.turns, 'turn')} per path",
+            f"bounds: <= {_count(self.bounds.attempts, 'attempt')} and "
+            f"{_count(self.bounds.events, 'event')} per turn, waits <= {self.bounds.wait:g} s",
         ]
         if not self.complete:
             lines.append("INCOMPLETE: the state limit was reached; properties are unproven")
@@ -99,14 +107,14 @@ class CheckReport:
             else:
                 lines.append(f"  BROKEN  {name}: {v.why}")
                 lines.append(
-                    f"          counterexample ({v.length} events; "
-                    "replay with fsm.checker.replay(policy, steps)):"
+                    f"          counterexample ({_count(v.length, 'event')}; "
+                    "replay with fallgate.fsm.checker.replay(policy, steps)):"
                 )
                 lines.append(f"          {v.python()}")
         a = self.audit
         if a.finding is None:
             lines.append(
-                f"key audit: {a.checked} merged configurations fed every event, "
+                f"key audit: {_count(a.checked, 'merged configuration')} fed every event, "
                 "each behaved like the one it was merged into"
             )
         else:

@@ -173,7 +173,8 @@ def _chunks(raw: Any, path: tuple[str | int, ...], minimum: int) -> int | tuple[
         return raw
     if isinstance(raw, list) and all(isinstance(c, str) for c in raw):
         if len(raw) < minimum:
-            raise ScriptError(f"expected at least {minimum} chunk(s), got an empty list", path)
+            chunks = f"{minimum} chunk{'' if minimum == 1 else 's'}"
+            raise ScriptError(f"expected at least {chunks}, got an empty list", path)
         return tuple(raw)
     raise ScriptError(f"expected an integer or a list of strings, got {raw!r}", path)
 
