@@ -19,6 +19,7 @@ from typing import Any
 
 import openai
 import pytest
+from fallgate.providers import transport
 from fallgate.providers.fault_server import FaultServer, load_script
 from fault_api_helpers import (
     KEY,
@@ -128,18 +129,27 @@ def test_a_response_error_event_carries_both_the_documented_and_the_live_fields(
 
 
 @pytest.mark.parametrize(
-    ("then", "raised"), [("cut", openai.APIConnectionError), ("hang", openai.APITimeoutError)]
+    ("then", "raised", "underneath"),
+    [
+        ("cut", openai.APIConnectionError, "RemoteProtocolError"),
+        ("hang", openai.APITimeoutError, "ReadTimeout"),
+    ],
 )
 def test_a_response_stream_cut_or_stalled_yields_its_deltas_then_fails(
-    srv: FaultServer, then: str, raised: type[Exception]
+    srv: FaultServer, then: str, raised: type[Exception], underneath: str
 ) -> None:
+    """openai 3.x wraps the HTTP library's error while a stream is read; 2.x lets the
+    library's own error through: either way it is that error underneath."""
     srv.script(one("m", kind="stream", chunks=["Hel", "lo"], then=then, seconds=5))
     deltas: list[str] = []
-    with client(srv, timeout=0.5) as c, pytest.raises(raised):
+    library = getattr(transport.http, underneath)
+    with client(srv, timeout=0.5) as c, pytest.raises((raised, library)) as caught:
         for event in c.responses.create(model="m", input="hi", stream=True):
             if event.type == "response.output_text.delta":
                 deltas.append(event.delta)
     assert deltas == ["Hel", "lo"]
+    err = caught.value
+    assert isinstance(err.__cause__ if isinstance(err, raised) else err, library)
 
 
 def test_a_response_answer_with_a_delay_arrives_after_the_delay(srv: FaultServer) -> None:
