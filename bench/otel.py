@@ -116,7 +116,9 @@ def measure(quick: bool = False, log: Any = None) -> dict[str, Any]:
     assert server.stdout is not None and server.stdin is not None
     try:
         base_url = server.stdout.readline().strip()
-        gate = fallgate.Fallgate(Policy([Target("fault", PRIMARY, base_url)], attempt_timeout=30))
+        gate = fallgate.Fallgate(
+            Policy([Target("fault", PRIMARY, base_url, keyless=True)], attempt_timeout=30)
+        )
 
         def one() -> None:
             reply = gate.chat.completions.create(messages=MESSAGES)

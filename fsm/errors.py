@@ -82,7 +82,8 @@ class TurnFailed(Exception):
         for target, why in self.reasons.items():
             parts.append(f"  {target}: {why}")
         if self.partial:
-            parts.append(f"  partial output: {len(self.partial)} characters delivered")
+            n = len(self.partial)
+            parts.append(f"  partial output: {n} character{'s' if n != 1 else ''} delivered")
         return "\n".join(parts)
 
     @property

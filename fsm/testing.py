@@ -110,7 +110,8 @@ def play(
         if len(calls) > len(script):
             raise ScriptExhausted(
                 f"attempt {len(calls)} on {a.target.name} but the script has only "
-                f"{len(script)} outcomes; path so far: {[e.dest for e in turn.trace]}"
+                f"{len(script)} outcome{'s' if len(script) != 1 else ''}; "
+                f"path so far: {[e.dest for e in turn.trace]}"
             )
         clock.advance(attempt_seconds)
         return script[len(calls) - 1]

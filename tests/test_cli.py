@@ -304,7 +304,9 @@ def test_check_refuses_an_invalid_policy_with_the_field_exit_2(capsys, tmp_path)
 
 SMALL_POLICY = (
     'max_attempts = 1\n[primary]\nprovider = "a"\nmodel = "a"\nkey_env = "A_KEY"\n'
+    'base_url = "https://a.test/v1"\n'
     '[[fallback_providers]]\nprovider = "b"\nmodel = "b"\nkey_env = "B_KEY"\n'
+    'base_url = "https://b.test/v1"\n'
 )
 
 
@@ -464,5 +466,5 @@ def test_providers_refuses_a_bad_policy_in_one_message(capsys, tmp_path):
     f = tmp_path / "p.toml"
     f.write_text('[primary]\nprovider = "opnrouter"\nmodel = "m"\n')
     code, _, err = run(capsys, "providers", str(f))
-    assert code == 1
+    assert code == 2  # an invalid input file (the CLI's exit statuses)
     assert "line 2: primary.provider = 'opnrouter'" in err and "did you mean 'openrouter'" in err

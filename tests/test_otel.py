@@ -608,7 +608,7 @@ def test_the_cooldown_gauge_holds_health_stores_weakly(otel: Telemetry) -> None:
             {
                 "gen_ai.provider.name": "gauge-p",
                 "gen_ai.request.model": "gauge-m",
-                "server.address": "",
+                "server.address": "gauge-p.test",
                 "fallgate.cooldown.scope": "credential",
             },
             1,
@@ -684,10 +684,11 @@ def test_import_and_turns_with_otel_off_import_no_opentelemetry() -> None:
         from fallgate.fsm import Policy, Target, VirtualClock
         from fallgate.testing import FaultServer
 
-        assert fallgate.run(Policy([Target("p", "m")]), lambda t, c: "ok",
+        solo = Policy([Target("p", "m", "https://p.test/v1", keyless=True)])
+        assert fallgate.run(solo, lambda t, c: "ok",
                             clock=VirtualClock()).value == "ok"
         with FaultServer({"default": {"kind": "answer", "text": "hi"}}) as srv:
-            policy = Policy([Target("p", "m", srv.base_url)])
+            policy = Policy([Target("p", "m", srv.base_url, keyless=True)])
             with fallgate.Fallgate(policy) as gate:
                 reply = gate.chat.completions.create(messages=[{"role": "user", "content": "x"}])
                 assert reply.choices[0].message.content == "hi"

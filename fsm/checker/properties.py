@@ -303,7 +303,7 @@ def bounded_rotation(rec: TransitionRecord) -> Finding | None:
     if rec.after.rot[j] > pool - 1:
         return Finding(
             "bounded_rotation",
-            f"rotated {name}'s credential {rec.after.rot[j]} times (pool of {pool})",
+            f"rotated {name}'s credential {_times(rec.after.rot[j])} (pool of {pool})",
         )
     return None
 
@@ -509,3 +509,7 @@ def _show_key(k: Any) -> str:
     if isinstance(k, tuple):
         return f"target {'/'.join(str(x) for x in k if x)}"
     return str(k)
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
