@@ -29,16 +29,25 @@ everything back):
   target are still built by hermes' original ``_create_openai_client`` (its
   TLS, proxy and keep-alive settings; the SDK's ``max_retries=0``).
 - hermes' own retries are switched off, all four layers:
-  ``agent._api_max_retries = 1`` (hermes' conversation loop makes one attempt
-  per model call: its documented "1 = no retry", so no backoff sleeps, no
-  Retry-After sleeps, no Z.AI long-backoff retries); ``_try_recover_primary_transport``
-  returns False (its one-off client rebuild: fallgate's ``_recovering`` state
-  does that); ``_recover_with_credential_pool`` returns "not recovered" (its key
-  rotation: fallgate rotates the policy's keys); the streaming path's inner
-  reconnect loop (``HERMES_STREAM_RETRIES``) retries only transport exceptions,
-  and a `HermesChatClient` never raises one: every failure is a turn that
-  fallgate already retried, as a `HermesTurnFailed`. The SDK's retries were
-  already 0.
+
+  1. ``agent._api_max_retries = 1``: the ``while retry_count < max_retries``
+     loop of hermes' conversation loop makes one attempt per model call (its
+     documented "1 = no retry"), so no jittered backoff and no Retry-After
+     sleeps. Its Z.AI Coding overload rule raises that ceiling for an error
+     whose own ``status_code`` is 429; `HermesTurnFailed` has none (the status
+     is on its ``__cause__``), so that rule never matches.
+  2. ``_try_recover_primary_transport`` returns False: hermes' one extra
+     primary attempt on a rebuilt client (fallgate's ``_recovering`` state
+     does that, once per target per turn).
+  3. ``_recover_with_credential_pool`` returns "not recovered": hermes' key
+     rotation (fallgate rotates the policy's keys, the pool's among them).
+  4. The streaming path's reconnect loop (``HERMES_STREAM_RETRIES``) retries
+     only transport exceptions (httpx errors, ``ConnectionError``, SSE
+     connection errors, empty streams); a `HermesChatClient` raises none: every
+     failure is a turn fallgate already retried, raised as `HermesTurnFailed`.
+
+  The SDK's own retries were already 0 (hermes' builder sets ``max_retries=0``;
+  fallgate's pools keep it so).
 - hermes' own fallback is switched off: ``agent._fallback_chain`` is emptied
   (the entries are kept on the attachment and are fallgate's chain) and
   ``_try_activate_fallback`` returns False and counts the refusal

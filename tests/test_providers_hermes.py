@@ -210,3 +210,55 @@ def test_attach_refuses_what_it_does_not_cover(fault_server: FaultServer) -> Non
     with pytest.raises(TypeError, match="policy must be"):
         attach(agent, 42)  # type: ignore[arg-type]
     agent.client.close()
+
+
+def test_a_model_switch_in_hermes_rebuilds_the_chain(fault_server: FaultServer) -> None:
+    agent = _agent(fault_server)
+    att = attach(agent)
+    try:
+        agent.client.chat.completions.create(model="glm-5.1", messages=MSG)
+        # hermes' /model: new model and client kwargs, the client rebuilt through the builder
+        agent.model = "glm-5.2"
+        agent._client_kwargs = {"api_key": "sk-new", "base_url": fault_server.base_url}
+        agent.client = agent._create_openai_client(agent._client_kwargs, reason="x", shared=True)
+        agent.client.chat.completions.create(model="glm-5.2", messages=MSG)
+    finally:
+        att.detach()
+    assert [(r.model, r.api_key) for r in fault_server.requests] == [
+        ("glm-5.1", "sk-primary"),
+        ("glm-5.2", "sk-new"),
+    ]
+    assert [t.model for t in att.policy.targets] == ["glm-5.2", "glm-4.7"]
+
+
+class _Pooled:
+    def __init__(self, key: str, base_url: str | None) -> None:
+        self.runtime_api_key, self.runtime_base_url = key, base_url
+
+
+class _Pool:
+    def __init__(self, *entries: _Pooled) -> None:
+        self._entries = list(entries)
+
+    def entries(self) -> list[_Pooled]:
+        return self._entries
+
+
+def test_the_credential_pools_keys_are_the_primarys_keys(fault_server: FaultServer) -> None:
+    fault_server.script({"models": {"glm-5.1": [{"kind": "status", "status": 401}]}})
+    agent = _agent(fault_server)
+    agent._credential_pool = _Pool(
+        _Pooled("sk-primary", None),
+        _Pooled("sk-pool-2", fault_server.base_url),
+        _Pooled("sk-elsewhere", "https://elsewhere.example/v1"),
+    )
+    att = attach(agent)
+    try:
+        agent.client.chat.completions.create(model="glm-5.1", messages=MSG)
+    finally:
+        att.detach()
+    # fallgate rotates the pool's keys (hermes' own pool rotation is off)
+    assert [(r.model, r.api_key) for r in fault_server.requests] == [
+        ("glm-5.1", "sk-primary"),
+        ("glm-5.1", "sk-pool-2"),
+    ]
