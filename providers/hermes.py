@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, cast
@@ -258,7 +259,7 @@ class HermesChatClient:
         self.chat = _Chat(self)
         self._closed = False
         self._cancel = threading.Event()
-        self._streams: list[_Stream] = []
+        self._streams: weakref.WeakSet[_Stream] = weakref.WeakSet()
 
     def is_closed(self) -> bool:
         return self._closed
@@ -266,8 +267,7 @@ class HermesChatClient:
     def close(self) -> None:
         """hermes closes each request's client after the call (on its own thread)."""
         self._closed = True
-        streams, self._streams = self._streams, []
-        for s in streams:
+        for s in list(self._streams):
             s.close()
 
     def abort(self) -> None:
@@ -391,7 +391,7 @@ class HermesAttachment:
         else:
             if isinstance(out, FallgateStream):
                 stream = _Stream(out)
-                client._streams.append(stream)
+                client._streams.add(stream)
                 return stream
             return out
         raise failure

@@ -14,7 +14,10 @@ fault server, with `fallgate.providers.hermes.attach(agent)`:
 3. every target fails (503, then quota): the conversation fails with fallgate's
    reasons in hermes' final message, after exactly one fallgate turn (hermes did
    not retry it, and its fallback refused);
-4. control: the same script as 1 with hermes alone (not attached): hermes' own
+4. hermes' interrupt (``agent.interrupt()`` from another thread) while glm-5.1
+   hangs: hermes returns at once, and the turn ends `aborted` without another
+   request (no retry, no fallback after the interrupt);
+5. control: the same script as 1 with hermes alone (not attached): hermes' own
    fallback fires, which is what 1 checks did not happen.
 
 Prints one line per check and ``check_hermes: N passed, M failed``; exits 1 on
@@ -25,6 +28,7 @@ folders must not shadow hermes' top-level packages).
 from __future__ import annotations
 
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -176,6 +180,28 @@ def all_targets_fail(srv: Any, spy: Any) -> str:
     return f"{seconds:.2f}s, requests {dict(srv.counts)}, hermes says: {final.splitlines()[0]!r}"
 
 
+def interrupted(srv: Any, spy: Any) -> str:
+    """hermes' interrupt (``agent.interrupt()`` from another thread) cancels the turn:
+    after the attempt in flight, fallgate neither retries nor falls back."""
+    srv.script({"models": {PRIMARY: [{"kind": "timeout", "seconds": 5}] * 3}})
+    from fallgate.providers.hermes import attach
+
+    agent = harness.make_agent(srv.base_url)
+    events: list[Any] = []
+    att = attach(agent, {"max_attempts": 2, "attempt_timeout": 1.5}, on_transition=events.append)
+    timer = threading.Timer(0.5, agent.interrupt)
+    timer.start()
+    result, seconds = harness.converse(agent, "Say hello.")
+    timer.join()
+    time.sleep(2.0)  # the attempt in flight times out (1.5 s); nothing may follow it
+    expect(bool(result.get("interrupted")), f"not interrupted: {result!r:.300}")
+    expect(seconds < 1.4, f"hermes returned after {seconds:.2f}s, not at the interrupt")
+    expect(srv.counts == {PRIMARY: 1}, f"requests after the interrupt: {srv.counts}")
+    expect(events and events[-1].dest == "aborted", f"turn ended {events[-1:]}")
+    att.detach()
+    return f"{seconds:.2f}s to return, requests {dict(srv.counts)}, turn ended aborted"
+
+
 def hermes_alone(srv: Any, spy: Any) -> str:
     srv.script(ORIGINAL)
     harness.TOOL_CALLS.clear()
@@ -198,6 +224,7 @@ def main() -> int:
         ("original sequence, streamed", lambda s: original_sequence(s, spy, stream=True)),
         ("original sequence, not streamed", lambda s: original_sequence(s, spy, stream=False)),
         ("every target fails", lambda s: all_targets_fail(s, spy)),
+        ("an interrupt cancels the turn", lambda s: interrupted(s, spy)),
         ("control: hermes alone falls back itself", lambda s: hermes_alone(s, spy)),
     ]
     passed = failed = 0
