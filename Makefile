@@ -4,8 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint fuzz bench diagrams clean typecheck-tree test-openai2 test-pythons \
-	test-embed
+.PHONY: demo test lint fuzz bench bench-hermes diagrams clean typecheck-tree test-openai2 \
+	test-pythons test-embed test-hermes hermes-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,37 @@ $(OPENAI2_STAMP): pyproject.toml
 test-openai2: $(OPENAI2_STAMP) typecheck-tree
 	$(OPENAI2_VENV)/bin/mypy --cache-dir $(OPENAI2_VENV)/.mypy_cache
 	$(OPENAI2_VENV)/bin/pytest $(PROVIDER_TESTS)
+
+# fallgate inside the real hermes-agent (tests/hermes/check_hermes.py): a venv of its own
+# with hermes-agent (which pins openai 2.24.0) and fallgate's wheel. The venv is cached by
+# its stamp; fallgate's wheel is rebuilt and reinstalled on every run. Where PyPI cannot
+# be reached the target says so and skips; any other install failure fails.
+HERMES_VERSION ?= 0.19.0
+HERMES_VENV := build/hermes-venv
+HERMES_STAMP := $(HERMES_VENV)/.installed-hermes-$(HERMES_VERSION)
+HERMES_PY := $(HERMES_VENV)/bin/python
+
+$(HERMES_STAMP): pyproject.toml
+	rm -rf $(HERMES_VENV) build/hermes-wheel
+	$(PYTHON) -m venv $(HERMES_VENV)
+	$(HERMES_PY) -m pip install -q --upgrade pip
+	$(HERMES_PY) -m pip wheel -q --no-deps -w build/hermes-wheel .
+	$(HERMES_PY) -m pip install -q 'hermes-agent==$(HERMES_VERSION)' build/hermes-wheel/fallgate-*.whl
+	touch $@
+
+hermes-venv:
+	@$(MAKE) --no-print-directory $(HERMES_STAMP) || { \
+	  if $(PYTHON) -m pip index versions hermes-agent >/dev/null 2>&1; then \
+	    echo "make: installing hermes-agent==$(HERMES_VERSION) failed (PyPI answers)" >&2; exit 1; \
+	  else echo "make: SKIPPED test-hermes: PyPI cannot be reached to install hermes-agent"; \
+	    rm -rf $(HERMES_VENV); exit 0; fi; }
+	@if [ -f $(HERMES_STAMP) ]; then \
+	  rm -rf build/hermes-wheel && $(HERMES_PY) -m pip wheel -q --no-deps -w build/hermes-wheel . \
+	  && $(HERMES_PY) -m pip install -q --no-deps --force-reinstall build/hermes-wheel/fallgate-*.whl; fi
+
+# -P: the repository's folders (providers/, ...) must not shadow hermes' top-level packages.
+test-hermes: hermes-venv
+	@if [ -f $(HERMES_STAMP) ]; then $(HERMES_PY) -P tests/hermes/check_hermes.py; fi
 
 # The core tests on the other supported Pythons, one venv each (.venv-py312, .venv-py313).
 # An interpreter is pythonX.Y on PATH, else pyenv's (its shims run only active versions).
@@ -103,6 +134,10 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(PY) -m bench --out build/bench.json
+
+# hermes-agent alone and with fallgate attached, on the faults table's scenarios.
+bench-hermes: $(STAMP) hermes-venv
+	$(PY) -m bench --only hermes --out build/bench-hermes.json
 
 # Regenerate diagrams/ (Mermaid, DOT; SVG when Graphviz `dot` is installed).
 diagrams: $(STAMP)

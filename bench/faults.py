@@ -22,13 +22,21 @@ DEFAULT_CAP = 30.0
 READY_TIMEOUT = 120.0  # imports (LiteLLM takes seconds)
 
 
-def _run_one(srv: WindowedFaultServer, sc: Scenario, system: str, cap: float) -> dict[str, Any]:
+def _run_one(
+    srv: WindowedFaultServer,
+    sc: Scenario,
+    system: str,
+    cap: float,
+    command: Sequence[str] = (sys.executable, "-m", "bench.fault_worker"),
+) -> dict[str, Any]:
+    """One (scenario, system) run: `command` + the JSON arguments is the worker
+    (`bench.fault_worker`, or the hermes venv's `bench/hermes_worker.py`)."""
     srv.script(sc.script)
     srv.set_window(sc.window)
     args = json.dumps({"system": system, "base_url": srv.base_url, "fallback": sc.fallback})
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_TELEMETRY="False")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.fault_worker", args],
+        [*command, args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -36,6 +44,7 @@ def _run_one(srv: WindowedFaultServer, sc: Scenario, system: str, cap: float) ->
     )
     assert proc.stdout is not None
     note = ""
+    res: dict[str, Any] = {}
     try:
         line = _readline(proc, READY_TIMEOUT)
         if line.strip() != "ready":
@@ -69,6 +78,7 @@ def _run_one(srv: WindowedFaultServer, sc: Scenario, system: str, cap: float) ->
         "oracle_seconds": sc.oracle_seconds,
         "_per_model": counts,
         "_note": note or error,
+        "_worker": res,
     }
 
 

@@ -3,8 +3,10 @@
     python -m bench                 # the full run (several minutes; `make bench`)
     python -m bench --quick         # seconds: the smoke test's mode
     python -m bench --only core,checker
+    python -m bench --only hermes   # hermes-agent alone / with fallgate (make bench-hermes)
 
-bench.json holds exactly the keys of issue 6; everything else (fsm.run and the
+bench.json holds exactly the keys of issue 6 (and ``hermes`` when that section runs:
+it needs the hermes venv, so it is not in the default run); everything else (fsm.run and the
 `transitions` executor, per-model request counts, each round) goes to
 build/bench-details.json, and the Markdown tables to build/bench.md.
 """
@@ -21,7 +23,9 @@ from typing import Any
 
 from .timing import median_ratio
 
-SECTIONS = ("core", "faults", "throughput", "checker", "otel")
+SECTIONS = ("core", "faults", "throughput", "checker", "otel", "hermes")
+#: What runs without --only (hermes needs its own venv: `make bench-hermes`).
+DEFAULT_SECTIONS = ("core", "faults", "throughput", "checker", "otel")
 
 GOALS = {
     "core_happy": "fallgate happy turn <= tenacity happy path",
@@ -105,6 +109,16 @@ def run(
         ot = otel.measure(quick=quick, log=log)
         result["otel"] = ot
         details["otel"] = ot
+    if "hermes" in sections:
+        from . import hermes, scenarios
+
+        log("hermes-agent alone and with fallgate attached (the hermes venv) ...")
+        chosen = scenarios.SCENARIOS
+        if quick:
+            chosen = tuple(s for s in chosen if "insufficient_quota" in s.name)
+        rows = hermes.measure(chosen, log=log)
+        result["hermes"] = [_public(r) for r in rows]
+        details["hermes"] = rows
     return result, details
 
 
@@ -251,6 +265,11 @@ def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
             f"| {o['core_ratio']:.2f}x |",
             "",
         ]
+    h = result.get("hermes")
+    if h:
+        from .hermes import table as hermes_table
+
+        lines += hermes_table(h)
     g = goals(result, details)
     if (details or {}).get("quick"):
         lines.append("(quick mode: reduced sizes, so the goals are not evaluated)")
@@ -268,7 +287,11 @@ def _f(v: Any, digits: int = 1) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a reduced run (seconds)")
-    ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    ap.add_argument(
+        "--only",
+        default=",".join(DEFAULT_SECTIONS),
+        help=f"comma-separated sections, of {', '.join(SECTIONS)} (default: all but hermes)",
+    )
     ap.add_argument("--out", default="build/bench.json")
     args = ap.parse_args(argv)
     sections = tuple(s.strip() for s in args.only.split(",") if s.strip())
