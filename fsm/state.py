@@ -47,6 +47,7 @@ class Visit:
         "rotations",
         "spent",
         "streak",
+        "target",
     )
 
     #: Fields in `key()`; the rest of `__slots__` is in NOT_KEYED with a reason.
@@ -62,10 +63,11 @@ class Visit:
         "not_before",
         "key_not_before",
     )
-    NOT_KEYED: Final[dict[str, str]] = {}
+    NOT_KEYED: Final[dict[str, str]] = {"target": "the chain entry at `index` (keyed by it)"}
 
-    def __init__(self, index: int, pool_start: int = 0) -> None:
+    def __init__(self, index: int, pool_start: int = 0, target: Target | None = None) -> None:
         self.index = index  # the target's position in the chain
+        self.target = target  # ... and the entry there (read on every attempt: kept at hand)
         self.credential: Credential | None = None  # the key of the last attempt
         self.attempts = 0  # attempts on this target in this turn
         self.streak = 0  # consecutive transport faults
@@ -79,6 +81,7 @@ class Visit:
     def copy(self) -> Visit:
         v = Visit.__new__(Visit)
         v.index = self.index
+        v.target = self.target
         v.credential = self.credential
         v.attempts = self.attempts
         v.streak = self.streak
@@ -285,7 +288,9 @@ class TurnState:
     # -- reading -------------------------------------------------------------------------------
     @property
     def target(self) -> Target:
-        return self.policy.targets[self.visit.index]
+        t = self.visit.target
+        assert t is not None, "no target entered yet"
+        return t
 
     @property
     def trace(self) -> list[TraceEvent]:
@@ -307,20 +312,25 @@ class TurnState:
         """When credential `c` of the current target may next be used."""
         v = self.visit
         return max(
-            self.health.credential_until(self.target.key, c.id), v.key_not_before.get(c.id, 0.0)
+            self.health.credential_until(v.target.key, c.id),  # type: ignore[union-attr]
+            v.key_not_before.get(c.id, 0.0),
         )
 
     def free_credential(self, exclude: str | None = None) -> Credential | None:
         """First usable credential of the current target, in pool order."""
         v = self.visit
-        pool = self.target.pool()
+        t = self.target
+        pool = t.pool()
         now = self.at
         size = len(pool)
+        benched = self.health.credential_until  # hot path: the lookups once, not per key
+        nb = v.key_not_before
         for k in range(size):
             c = pool[(v.pool_start + k) % size]
-            if c.id == exclude or c.id in v.spent:
+            cid = c.id
+            if cid == exclude or cid in v.spent:
                 continue
-            if self.key_free_at(c) <= now:
+            if benched(t.key, cid) <= now and nb.get(cid, 0.0) <= now:
                 return c
         return None
 
@@ -404,7 +414,7 @@ class TurnState:
         start = (
             self.health.next_round_robin(t.key, len(t.pool())) if t.rotation == "round_robin" else 0
         )
-        self.visit = Visit(j, start)
+        self.visit = Visit(j, start, t)
 
     def attempt(self, cred: Credential | None = None) -> Attempt:
         """The next attempt on the current target (hot path: kept flat)."""

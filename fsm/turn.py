@@ -76,18 +76,13 @@ def apply(
     action = (run or t.effect.run)(s, t.arg)
     s.action = action
     s.seq = seq = s.seq + 1
-    cls = type(action)
-    o = s.outcome
     v = s.visit
-    s._raw.append((
-        seq, s.at - s.started, t.source, trigger, t.dest, action, v.index,
-        v.credential.id if v.credential is not None and v.index >= 0 else None,
-        o if o is not None and cls is not Fail and trigger != "success"
-        and (o.kind is trigger or o.kind == trigger)
-        else None,
-    ))  # fmt: skip
-    if cls is Fail:
-        action.error.trace = tuple(s.trace)  # type: ignore[union-attr]
+    # the raw facts only; what the trace shows of them is worked out in `trace_event`
+    s._raw.append(
+        (seq, s.at - s.started, t.source, trigger, t.dest, action, v.index, v.credential, s.outcome)
+    )
+    if type(action) is Fail:
+        action.error.trace = tuple(s.trace)
     if s.hook is not None:
         s.hook(s.trace[-1])
     return action
@@ -95,9 +90,12 @@ def apply(
 
 def trace_event(s: TurnState, raw: tuple[Any, ...]) -> TraceEvent:
     """The `TraceEvent` of one recorded transition (credential ids only, never keys)."""
-    seq, at, source, trigger, dest, action, ti, cred_id, o = raw
+    seq, at, source, trigger, dest, action, ti, cred, o = raw
     trigger = str(trigger)  # an OutcomeKind fed directly prints as its value
     cls = type(action)
+    cred_id = cred.id if cred is not None and ti >= 0 else None
+    if o is not None and (cls is Fail or trigger == "success" or o.kind != trigger):
+        o = None  # the event's own outcome only (not a success, not on the failure)
     wait: float | None = None
     detail = ""
     if cls is Wait:
