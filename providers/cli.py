@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..fsm import Policy, PolicyError, diagram, registry
+from ..fsm import Policy, PolicyError, diagram, overview, registry
 from ..fsm.machine import declare
 from ..fsm.trace import TraceEvent, from_jsonl
 
@@ -192,7 +192,7 @@ def cmd_diagram(args: argparse.Namespace) -> int:
     decl = declare(policy)
     try:
         if args.overview:
-            text = diagram.to_mermaid_overview(decl)
+            text = overview.to_mermaid_overview(decl)
             out: str | bytes = text if fmt == "mermaid" else f"```mermaid\n{text}```\n"
         elif fmt == "mermaid":
             out = diagram.to_mermaid(decl, trace)

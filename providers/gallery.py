@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from ..fsm import HealthStore, Policy, diagram
+from ..fsm import HealthStore, Policy, diagram, overview
 from ..fsm.defaults import default_policy
 from ..fsm.machine import declare
 from ..fsm.testing import FakeClock, play
@@ -157,7 +157,7 @@ def sources() -> dict[str, str]:
     s1 = declare(scenario_1_policy())
     trace = scenario_1_trace()
     return {
-        "overview.mmd": diagram.to_mermaid_overview(default),
+        "overview.mmd": overview.to_mermaid_overview(default),
         "turn-machine.md": diagram.to_markdown(default, intro=DEFAULT_INTRO),
         "turn-machine.mmd": diagram.to_mermaid(default),
         "turn-machine.dot": diagram.to_dot(default),

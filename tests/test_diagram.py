@@ -10,7 +10,7 @@ import re
 import shutil
 
 import pytest
-from fallgate.fsm import Policy, diagram
+from fallgate.fsm import Policy, diagram, overview
 from fallgate.fsm.defaults import default_policy
 from fallgate.fsm.machine import declare
 from fallgate.fsm.testing import play
@@ -258,7 +258,7 @@ def _overview_edges(text: str) -> list[tuple[str, str, str]]:
 
 def test_the_overview_draws_the_primary_in_full_and_each_other_target_as_one_box_in_order():
     decl = declare(chain("m.one", "m-two", "end", "four", provider="prov-{i}", keys=2))
-    text = diagram.to_mermaid_overview(decl)
+    text = overview.to_mermaid_overview(decl)
     nodes = _overview_nodes(text)
     primary = [s.name for s in decl.states if s.target == 0 and s.phase is not Phase.COOLING]
     assert [n for n in nodes if n.startswith("s_primary")] == [f"s_{n}" for n in primary]
@@ -286,7 +286,7 @@ def test_the_overview_draws_the_primary_in_full_and_each_other_target_as_one_box
 def test_the_overview_labels_are_read_off_the_declaration():
     policy = chain("a", "b", keys=2, max_attempts=4, retry_after_cap=12, deadline=90)
     decl = declare(policy)
-    text = diagram.to_mermaid_overview(decl)
+    text = overview.to_mermaid_overview(decl)
     flat = text.replace("<br/>", " ")
     # the primary's own edges, each with the guard the declaration gives it
     for t in decl.transitions:
@@ -306,28 +306,28 @@ def test_the_overview_labels_are_read_off_the_declaration():
 
 
 def test_the_overview_follows_the_policy():
-    lean = diagram.to_mermaid_overview(declare(chain("a", "b", recover_transport=False)))
+    lean = overview.to_mermaid_overview(declare(chain("a", "b", recover_transport=False)))
     assert "s_primary_recovering" not in lean and "rebuild_failed" not in lean
     streams = declare(
         chain("a", "b", continue_streams=True, rules={"stream_interrupted": {"retry": True}})
     )
     assert 's_primary_continuing["primary_continuing<br/>↻ stream_interrupted' in (
-        diagram.to_mermaid_overview(streams)
+        overview.to_mermaid_overview(streams)
     )
-    solo = diagram.to_mermaid_overview(declare(chain("only")))
+    solo = overview.to_mermaid_overview(declare(chain("only")))
     assert "s_fallback" not in solo and "each fallback" not in solo
     assert 'g_0 -->|"success"| s_done' in solo
     # nothing falls back: a fallback is entered only at turn start, so that edge is drawn
     kinds = ("transport", "rate_limited", "quota", "overloaded", "auth", "not_found")
     stay = chain("a", "b", rules={k: {"fall_back": False} for k in (*kinds, "context_too_long")})
-    text = diagram.to_mermaid_overview(declare(stay))
+    text = overview.to_mermaid_overview(declare(stay))
     assert 's_idle -->|"start<br/>[first not cooling =<br/>fallback_1]"| s_fallback_1' in text
     assert "g_0 -->" in text and "g_0 --> s_fallback_1" not in text
 
 
 def test_the_overview_ids_are_safe_and_it_never_shows_a_key():
     decl = declare(chain("end", "state.v2", "a-b/c:d", 'q"uote', keys=2))
-    text = diagram.to_mermaid_overview(decl)
+    text = overview.to_mermaid_overview(decl)
     assert KEY_PREFIX not in text and KEY_TAIL not in text
     for a, _, b in _overview_edges(text):
         for ident in (a, b):

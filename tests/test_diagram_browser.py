@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from fallgate.fsm import Policy, diagram
+from fallgate.fsm import Policy, diagram, overview
 from fallgate.fsm.defaults import default_policy
 from fallgate.fsm.machine import declare
 from fallgate.fsm.testing import play
@@ -180,8 +180,8 @@ def test_every_mermaid_diagram_we_emit_renders_in_chromium():
 @needs_browser
 def test_the_readme_overview_renders_compact_with_the_chain_in_order():
     src = (gallery.DIAGRAMS / "overview.mmd").read_text()
-    assert src == diagram.to_mermaid_overview(declare(default_policy()))
-    nasty = diagram.to_mermaid_overview(declare(nasty_policy()))
+    assert src == overview.to_mermaid_overview(declare(default_policy()))
+    nasty = overview.to_mermaid_overview(declare(nasty_policy()))
     results, dom = render({"overview": src, "nasty_overview": nasty})
     assert results == {"overview": "ok", "nasty_overview": "ok"}, results
     assert "Syntax error" not in dom
