@@ -267,10 +267,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"script file not found: {args.script}", USAGE)
     if script.is_dir():
         raise CliError(f"script path is a directory, not a JSON/TOML file: {args.script}", USAGE)
-    try:
-        from .fault_server import serve_main
-    except ImportError as e:
-        raise CliError(f"the fault server is not available in this installation ({e})") from None
+    from .fault_server import serve_main
+
     try:
         return int(serve_main(str(script), args.host, args.port))
     except ValueError as e:  # the fault server's ScriptError is a ValueError with file/line

@@ -147,7 +147,6 @@ class _Entry(Generic[C]):
     client: C
     fingerprint: bytes  # sha256 of the key: detects a changed env var without keeping it twice
     users: int = 0
-    retired: bool = False
 
 
 def _fingerprint(key: str) -> bytes:
@@ -177,7 +176,6 @@ class _Pool(Generic[C]):
         return client
 
     def _retire(self, entry: _Entry[C]) -> None:
-        entry.retired = True
         self._retired.append(entry)
 
     def _collect(self) -> list[C]:
