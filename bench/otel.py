@@ -18,8 +18,6 @@ span to an exporter that drops it, and a `MeterProvider` with an
 from __future__ import annotations
 
 import gc
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,6 +28,7 @@ import fallgate
 
 from .core import FAULT_SCRIPT_CORE, _drive_core, bench_policy
 from .scenarios import PRIMARY
+from .throughput import server_process
 
 MESSAGES = [{"role": "user", "content": "Say hi."}]
 
@@ -107,15 +106,7 @@ def measure(quick: bool = False, log: Any = None) -> dict[str, Any]:
         log(f"  core: off {core['off'] * 1e6:.1f} µs, on {core['on'] * 1e6:.1f} µs per turn")
 
     # http: real SDK turns against a fault server in its own process
-    server = subprocess.Popen(
-        [sys.executable, "-m", "bench.throughput", "serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert server.stdout is not None and server.stdin is not None
-    try:
-        base_url = server.stdout.readline().strip()
+    with server_process() as base_url:
         gate = fallgate.Fallgate(
             Policy([Target("fault", PRIMARY, base_url, keyless=True)], attempt_timeout=30)
         )
@@ -129,14 +120,6 @@ def measure(quick: bool = False, log: Any = None) -> dict[str, Any]:
             http = _cpu_rounds(
                 one, number=40 if quick else 300, rounds=3 if quick else 10, on=switch
             )
-    finally:
-        server.stdin.close()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        server.stdout.close()
     if log is not None:
         log(f"  http: off {http['off'] * 1e3:.3f} ms, on {http['on'] * 1e3:.3f} ms CPU per turn")
     tracer.shutdown()

@@ -9,13 +9,14 @@ each keeps its best wall time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import resource
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from .scenarios import FALLBACK, PRIMARY
@@ -132,9 +133,10 @@ def _serve() -> int:
     return 0
 
 
-def measure(
-    turns: int = 2000, concurrency: int = 200, rounds: int = 3, log: Any = None
-) -> dict[str, Any]:
+@contextlib.contextmanager
+def server_process() -> Iterator[str]:
+    """The fast fault server in its own process (its CPU is not the client's); yields
+    its base URL and stops it on the way out."""
     server = subprocess.Popen(
         [sys.executable, "-m", "bench.throughput", "serve"],
         stdin=subprocess.PIPE,
@@ -142,11 +144,26 @@ def measure(
         text=True,
     )
     assert server.stdout is not None and server.stdin is not None
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SYSTEMS}
     try:
         base_url = server.stdout.readline().strip()
         if not base_url.startswith("http://127.0.0.1:"):
             raise RuntimeError(f"throughput server did not start: {base_url!r}")
+        yield base_url
+    finally:
+        server.stdin.close()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        server.stdout.close()
+
+
+def measure(
+    turns: int = 2000, concurrency: int = 200, rounds: int = 3, log: Any = None
+) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SYSTEMS}
+    with server_process() as base_url:
         for r in range(rounds):
             order = SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]
             for system in order:
@@ -177,14 +194,6 @@ def measure(
                         f"rss {res['baseline_mb']:.1f} -> {res['peak_mb']:.1f} MB, "
                         f"client CPU {res['client_cpu_ms_per_turn']:.2f} ms/turn"
                     )
-    finally:
-        server.stdin.close()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        server.stdout.close()
 
     def best(system: str) -> dict[str, Any]:
         return min(runs[system], key=lambda x: x["seconds"])
