@@ -29,7 +29,7 @@ CredKey = tuple[Hashable, str]
 class HealthStore:
     """Cross-turn facts. All methods take `now` so that the store stays clock-agnostic."""
 
-    __slots__ = ("_cred_until", "_lock", "_rr", "_streak", "_target_until")
+    __slots__ = ("__weakref__", "_cred_until", "_lock", "_rr", "_streak", "_target_until")
 
     @staticmethod
     def default() -> HealthStore:
@@ -103,6 +103,8 @@ class HealthStore:
         new = object.__new__(type(self))
         for klass in type(self).__mro__:
             for name in getattr(klass, "__slots__", ()):
+                if name == "__weakref__":
+                    continue
                 if name == "_lock":
                     object.__setattr__(new, name, threading.Lock())
                 elif hasattr(self, name):

@@ -19,52 +19,29 @@ __all__ = ["STORES"]
 
 
 class _Stores:
-    """The health stores turns have used while telemetry was on, held weakly.
-
-    A `HealthStore` takes no weak reference (slots), so each is followed through its
-    lock, which lives and dies with it; the entry keeps the store's cooldown tables
-    (read under that lock) and the clock its turns read (cooldown ends are on it).
-    """
+    """The health stores turns have used while telemetry was on, held weakly, each with
+    the clock its turns read (cooldown ends are on it)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[int, tuple[weakref.ref[Any], Any, Any, Callable[[], float]]] = {}
+        self._clocks: weakref.WeakKeyDictionary[HealthStore, Callable[[], float]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def add(self, store: HealthStore, clock: Callable[[], float]) -> None:
-        key = id(store)
-        lock = store._lock
-        entries = self._entries
-        entry = entries.get(key)
-        if entry is not None and entry[0]() is lock:
-            if entry[3] is not clock:  # the store's turns now run on another clock
-                entries[key] = (entry[0], entry[1], entry[2], clock)
-            return
-        targets, credentials, _ = store.facts(copy=False)
-
-        def gone(ref: weakref.ref[Any], key: int = key) -> None:
-            found = entries.get(key)
-            if found is not None and found[0] is ref:
-                entries.pop(key, None)
-
-        with self._lock:
-            entries[key] = (weakref.ref(lock, gone), targets, credentials, clock)
+        if self._clocks.get(store) is not clock:  # new, or its turns now run on another clock
+            with self._lock:
+                self._clocks[store] = clock
 
     def cooldowns(self) -> dict[tuple[tuple[str, Any], ...], int]:
         """Active cooldowns per (provider, model, server, scope), over every store."""
         with self._lock:
-            entries = list(self._entries.values())
-        seen_default = any(ref() is DEFAULT._lock for ref, *_ in entries)
-        if not seen_default:
-            d_targets, d_creds, _ = DEFAULT.facts(copy=False)
-            entries.append((weakref.ref(DEFAULT._lock), d_targets, d_creds, time.monotonic))
+            stores = list(self._clocks.items())
+        if all(store is not DEFAULT for store, _ in stores):
+            stores.append((DEFAULT, time.monotonic))
         counts: dict[tuple[tuple[str, Any], ...], int] = {}
-        for ref, targets, credentials, clock in entries:
-            lock = ref()
-            if lock is None:
-                continue
-            with lock:
-                t_until = dict(targets)
-                c_until = dict(credentials)
+        for store, clock in stores:
+            t_until, c_until, _ = store.facts()
             now = clock()
             for tkey, until in t_until.items():
                 labels = _target_labels(tkey, "target")
