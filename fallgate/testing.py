@@ -8,7 +8,9 @@
     played = play(policy, ["transport", "transport", "rate_limited:171", "success"])
 
 `instant_waits()` (also `fallgate.instant_waits`) makes every wait instant while
-keeping cooldowns honest; the pytest plugin gives a `fault_server` fixture.
+keeping cooldowns honest; `RedisServer` runs a real `redis-server` (from PATH) on
+loopback for tests of the Redis health store. The pytest plugin gives the
+`fault_server` and `redis_server` fixtures.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from .providers.testing import (
     FakeClock,
     FaultServer,
     Played,
+    RedisServer,
+    RedisServerMissing,
     Script,
     ScriptError,
     ScriptExhausted,
@@ -29,6 +33,8 @@ __all__ = [
     "FakeClock",
     "FaultServer",
     "Played",
+    "RedisServer",
+    "RedisServerMissing",
     "Script",
     "ScriptError",
     "ScriptExhausted",

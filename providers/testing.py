@@ -7,19 +7,26 @@
   "success"])` runs a turn against scripted outcomes on a `FakeClock` and
   returns what was `Played`; `ScriptExhausted` when the outcomes run out.
 
-In pytest, the ``fault_server`` fixture (installed with fallgate, from
-`providers.testing_plugin`) gives a started `FaultServer` per test.
+- A real `redis-server` on loopback (`RedisServer`, from PATH), for tests of the
+  Redis health store.
+
+In pytest, the ``fault_server`` and ``redis_server`` fixtures (installed with
+fallgate, from `providers.testing_plugin`) give a started `FaultServer` or
+`RedisServer` per test.
 """
 
 from __future__ import annotations
 
 from ..fsm.testing import FakeClock, Played, ScriptExhausted, play
 from .fault_server import FaultServer, Script, ScriptError, load_script
+from .redis_server import RedisServer, RedisServerMissing
 
 __all__ = [
     "FakeClock",
     "FaultServer",
     "Played",
+    "RedisServer",
+    "RedisServerMissing",
     "Script",
     "ScriptError",
     "ScriptExhausted",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import fallgate.fsm.testing
 import fallgate.providers.fault_server
+import fallgate.providers.redis_server
 import fallgate.providers.testing
 import openai
 import pytest
@@ -24,6 +25,8 @@ AIDS = {
     "Played": fallgate.fsm.testing,
     "ScriptExhausted": fallgate.fsm.testing,
     "play": fallgate.fsm.testing,
+    "RedisServer": fallgate.providers.redis_server,
+    "RedisServerMissing": fallgate.providers.redis_server,
 }
 
 

@@ -1,0 +1,243 @@
+"""A health-store backend in Redis, shared by a fleet of hosts (extra ``fallgate[redis]``).
+
+Atomic in one round trip in the common case: the backend remembers the records (and
+their versions) it last saw, runs `update` on them locally, and sends the result with
+the versions it was computed from to one Lua script, which writes only if every
+version still matches (compare-and-set) and otherwise answers the current records;
+`update` then runs again on those. The script knows nothing of health: it compares
+versions and writes strings.
+
+Time is the server's: each reply carries Redis ``TIME``, and `now` between replies is
+the host's monotonic clock plus the offset measured at the last reply, so hosts whose
+wall clocks disagree still agree on cooldowns. Expiry is ``PX`` (a duration).
+
+A version is the server's time and a counter (unique across restarts of a server
+without persistence, so a remembered version can never match a newer record by
+accident). A connection error raises `StoreUnavailable` naming the URL without its
+password; the next call after `reconnect_after` seconds tries again.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ...fsm.store import Record, Records, StoreUnavailable, Update
+from .urls import redact_url
+
+#: KEYS: the records' keys, then the version counter. ARGV[1]: ttl in ms; ARGV[2..n+1]:
+#: the versions `update` read ("0" = absent); ARGV[n+2..2n+1]: what to write ("" keep,
+#: "-" delete, else JSON). Reply: {1 = written | 0 = conflict, TIME s, TIME us, the
+#: stored strings ("version json") of the n keys now}.
+_CAS = """
+if redis.replicate_commands then redis.replicate_commands() end
+local n = #KEYS - 1
+local now = redis.call('TIME')
+local current = {}
+local conflict = false
+for i = 1, n do
+  local raw = redis.call('GET', KEYS[i])
+  current[i] = raw
+  local version = '0'
+  if raw then version = string.match(raw, '^(%S+) ') end
+  if version ~= ARGV[1 + i] then conflict = true end
+end
+if conflict then return {0, now[1], now[2], unpack(current, 1, n)} end
+for i = 1, n do
+  local new = ARGV[1 + n + i]
+  if new == '-' then
+    redis.call('DEL', KEYS[i])
+    current[i] = false
+  elseif new ~= '' then
+    local stored = now[1] .. '.' .. now[2] .. '.' .. redis.call('INCR', KEYS[n + 1]) .. ' ' .. new
+    redis.call('SET', KEYS[i], stored, 'PX', ARGV[1])
+    current[i] = stored
+  end
+end
+return {1, now[1], now[2], unpack(current, 1, n)}
+"""
+
+#: How many conflicts in a row before a transact gives up (another writer is racing on
+#: every try: far beyond any real contention on a handful of health records).
+_MAX_TRIES = 64
+
+_CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+class RedisBackend:
+    """Records under ``{namespace}:`` in the Redis server at `url` (``redis://``,
+    ``rediss://`` or ``unix://``).
+
+    `timeout` (seconds) bounds connecting and each command; a health store must never
+    hold a turn up for long. After a connection error the backend answers
+    `StoreUnavailable` at once for `reconnect_after` seconds, then tries again.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        namespace: str = "fallgate",
+        timeout: float = 0.5,
+        reconnect_after: float = 1.0,
+    ) -> None:
+        self.url = redact_url(url)
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if reconnect_after < 0:
+            raise ValueError(f"reconnect_after must be >= 0 seconds, got {reconnect_after!r}")
+        if not namespace or any(c in namespace for c in "{}*?[]\\"):
+            raise ValueError(f"namespace must be a plain non-empty name, got {namespace!r}")
+        try:
+            self._client = redis.Redis.from_url(
+                url,
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                retry=Retry(NoBackoff(), 0),
+                decode_responses=True,
+            )
+        except ValueError as e:
+            raise ValueError(f"{self.url}: not a Redis URL: {e}") from None
+        # one hash tag: every key lands in one slot, so the script also runs on a cluster
+        self._prefix = f"{{{namespace}}}:"
+        self._counter = f"{{{namespace}}}#version"
+        self._cas = self._client.register_script(_CAS)
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[str, Record]] = {}
+        self._offset: float | None = None
+        self._down_until = 0.0
+        self._reconnect_after = reconnect_after
+
+    # -- the protocol ---------------------------------------------------------------------
+    def transact(self, keys: Sequence[str], update: Update, ttl: float) -> tuple[Records, float]:
+        keys = list(dict.fromkeys(keys))
+        ttl_ms = max(1, round(ttl * 1000))
+        with self._lock:
+            seen = {k: self._seen.get(k) for k in keys}
+            offset = self._offset
+        records: dict[str, Record | None] = {
+            k: None if s is None else s[1] for k, s in seen.items()
+        }
+        versions = [("0" if s is None else s[0]) for s in seen.values()]
+        # never heard the server's clock (or it restarted): one read first, to learn it
+        reading = offset is None
+        for _ in range(_MAX_TRIES):
+            if reading:
+                now, versions, writes = 0.0, ["?"] * len(keys), [""] * len(keys)
+            else:
+                now = time.monotonic() + (offset or 0.0)
+                result = update(records, now)
+                writes = [_encode(result, k, records[k]) for k in keys]
+            reply = self._call(keys, ttl_ms, versions, writes)
+            written, server_now, stored = int(reply[0]), _time(reply[1], reply[2]), reply[3:]
+            offset = server_now - time.monotonic()
+            fresh = [_decode(s) for s in stored]
+            with self._lock:
+                self._offset = offset
+                for k, f in zip(keys, fresh, strict=True):
+                    if f is None:
+                        self._seen.pop(k, None)
+                    else:
+                        self._seen[k] = f
+            records = {k: None if f is None else f[1] for k, f in zip(keys, fresh, strict=True)}
+            if written and not reading:
+                return records, now
+            reading = False
+            versions = [("0" if f is None else f[0]) for f in fresh]
+        raise StoreUnavailable(f"{self.url}: {_MAX_TRIES} conflicting writers in a row")
+
+    def scan(self) -> tuple[Records, float]:
+        def run() -> tuple[Records, float]:
+            keys = list(self._keys(self._prefix + "*"))
+            pipe = self._client.pipeline(transaction=False)
+            pipe.time()
+            if keys:
+                pipe.mget(keys)
+            replies = pipe.execute()
+            seconds, micros = replies[0]
+            values = replies[1] if keys else []
+            out: dict[str, Record | None] = {}
+            for key, raw in sorted(zip(keys, values, strict=True)):
+                decoded = _decode(raw)
+                if decoded is not None:
+                    out[key[len(self._prefix):]] = decoded[1]
+            return out, seconds + micros / 1e6
+
+        return self._guard(run)
+
+    def delete(self, prefix: str) -> int:
+        def run() -> int:
+            pattern = self._prefix + _glob_escape(prefix) + "*"
+            keys = list(self._keys(pattern))
+            return int(self._client.delete(*keys)) if keys else 0
+
+        count = self._guard(run)
+        with self._lock:
+            for key in [k for k in self._seen if k.startswith(prefix)]:
+                del self._seen[key]
+        return count
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _call(self, keys: list[str], ttl_ms: int, versions: list[str], writes: list[str]) -> Any:
+        return self._guard(
+            lambda: self._cas(
+                keys=[self._prefix + k for k in keys] + [self._counter],
+                args=[ttl_ms, *versions, *writes],
+            )
+        )
+
+    def _keys(self, pattern: str) -> Iterator[str]:
+        yield from self._client.scan_iter(match=pattern, count=500)
+
+    def _guard(self, run: Any) -> Any:
+        """`run()`, with connection errors as `StoreUnavailable` (URL without password)."""
+        if time.monotonic() < self._down_until:
+            raise StoreUnavailable(f"{self.url}: unreachable (retrying shortly)")
+        try:
+            return run()
+        except (*_CONNECTION_ERRORS, redis.exceptions.BusyLoadingError) as e:
+            with self._lock:
+                # the server may have restarted empty: what we remember is no longer news
+                self._seen.clear()
+                self._offset = None
+                self._down_until = time.monotonic() + self._reconnect_after
+            raise StoreUnavailable(f"{self.url}: {e or type(e).__name__}") from None
+        except redis.RedisError as e:  # refused by the server: auth, ACL, out of memory, ...
+            raise StoreUnavailable(f"{self.url}: {e or type(e).__name__}") from None
+
+    def __repr__(self) -> str:
+        return f"RedisBackend({self.url!r})"
+
+
+def _encode(result: Records, key: str, before: Record | None) -> str:
+    if key not in result:
+        return ""
+    record = result[key]
+    if record is None:
+        return "-" if before is not None else ""
+    return json.dumps(record, separators=(",", ":"))
+
+
+def _decode(stored: str | None) -> tuple[str, Record] | None:
+    if not stored:
+        return None
+    version, _, text = stored.partition(" ")
+    return version, json.loads(text)
+
+
+def _time(seconds: Any, micros: Any) -> float:
+    return int(seconds) + int(micros) / 1e6
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

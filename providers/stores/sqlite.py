@@ -1,0 +1,166 @@
+"""A health-store backend in one SQLite file, shared by the processes of one host.
+
+Each `transact` is one ``BEGIN IMMEDIATE`` transaction: SQLite's write lock serialises
+the read-modify-write across threads and processes, so `update` runs exactly once per
+call. WAL journaling lets readers (``fallgate health``) proceed beside a writer, and a
+busy timeout makes a short wait for the lock part of the transaction instead of an
+error. Time is the host's wall clock (every process of one host reads the same one).
+Expired rows are never returned and are dropped by the next write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ...fsm.store import Record, Records, StoreUnavailable, Update
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS fallgate_health (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    expires REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS fallgate_health_expires ON fallgate_health (expires);
+"""
+
+
+class SQLiteBackend:
+    """Records in the SQLite file at `path` (created if absent; its folder must exist).
+
+    `busy_timeout` (seconds) bounds the wait for another process's transaction; past it
+    the call raises `StoreUnavailable`, as does any other database error.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 2.0) -> None:
+        if not busy_timeout > 0:
+            raise ValueError(f"busy_timeout must be > 0 seconds, got {busy_timeout!r}")
+        self.path = Path(path)
+        self.url = f"sqlite:///{self.path}"
+        self._busy_timeout = busy_timeout
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+        with self._lock:
+            self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        """The open connection of this process (a child after fork opens its own)."""
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self._busy_timeout, isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"{self.url}: cannot open the health store: {e}") from None
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            # health facts are advisory: a power cut may lose the last commits, never corrupt
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+        except sqlite3.Error as e:
+            conn.close()
+            raise StoreUnavailable(f"{self.url}: cannot open the health store: {e}") from None
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def transact(self, keys: Sequence[str], update: Update, ttl: float) -> tuple[Records, float]:
+        keys = list(dict.fromkeys(keys))
+        with self._lock:
+            conn = self._connect()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                raise self._unavailable(e) from None
+            try:
+                now = time.time()
+                current = self._read(conn, keys, now)
+                result = update(current, now)
+                in_force = dict(current)
+                expires = now + ttl
+                for key, record in result.items():
+                    if record is None:
+                        conn.execute("DELETE FROM fallgate_health WHERE key = ?", (key,))
+                    else:
+                        conn.execute(
+                            "INSERT INTO fallgate_health (key, value, expires) VALUES (?, ?, ?)"
+                            " ON CONFLICT (key) DO UPDATE SET value = excluded.value,"
+                            " expires = excluded.expires",
+                            (key, json.dumps(record, separators=(",", ":")), expires),
+                        )
+                    if key in in_force:
+                        in_force[key] = None if record is None else dict(record)
+                if result:
+                    conn.execute("DELETE FROM fallgate_health WHERE expires <= ?", (now,))
+                conn.execute("COMMIT")
+            except sqlite3.Error as e:
+                self._rollback(conn)
+                raise self._unavailable(e) from None
+            except BaseException:
+                self._rollback(conn)
+                raise
+            return in_force, now
+
+    @staticmethod
+    def _read(conn: sqlite3.Connection, keys: list[str], now: float) -> dict[str, Record | None]:
+        out: dict[str, Record | None] = dict.fromkeys(keys)
+        if keys:
+            marks = ",".join("?" * len(keys))
+            rows = conn.execute(
+                f"SELECT key, value FROM fallgate_health WHERE key IN ({marks}) AND expires > ?",
+                (*keys, now),
+            )
+            for key, value in rows:
+                out[key] = json.loads(value)
+        return out
+
+    def scan(self) -> tuple[Records, float]:
+        with self._lock:
+            conn = self._connect()
+            now = time.time()
+            try:
+                rows = conn.execute(
+                    "SELECT key, value FROM fallgate_health WHERE expires > ? ORDER BY key", (now,)
+                ).fetchall()
+            except sqlite3.Error as e:
+                raise self._unavailable(e) from None
+        return {key: json.loads(value) for key, value in rows}, now
+
+    def delete(self, prefix: str) -> int:
+        # substr, not LIKE: a prefix may hold % or _ (a base URL, a model name)
+        with self._lock:
+            conn = self._connect()
+            try:
+                cur = conn.execute(
+                    "DELETE FROM fallgate_health WHERE substr(key, 1, ?) = ?",
+                    (len(prefix), prefix),
+                )
+            except sqlite3.Error as e:
+                raise self._unavailable(e) from None
+            return cur.rowcount
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    def _unavailable(self, error: sqlite3.Error) -> StoreUnavailable:
+        return StoreUnavailable(f"{self.url}: {error}")
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+    def __repr__(self) -> str:
+        return f"SQLiteBackend({self.url!r})"
