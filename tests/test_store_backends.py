@@ -1,0 +1,396 @@
+"""The health-store backends keep the one contract of `fsm.store.Backend`: an atomic
+read-modify-write of records, expiry after a ttl, prefix deletion, a scan, and
+`StoreUnavailable` (naming the store, never its password) when they cannot be reached.
+
+Every backend runs the same scenarios; the shared ones (SQLite, Redis) also run them
+across real processes, against a real SQLite file and a real `redis-server`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fallgate.fsm.store import Backend, Records, StoreUnavailable
+from fallgate.providers.redis_server import RedisServer
+from fallgate.providers.stores import SQLiteBackend, open_backend
+from fallgate.providers.stores.redis import RedisBackend
+
+Factory = Callable[[], Backend]
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Factory]]:
+    """(url, a factory of clients of one store): each client is a separate backend
+    object, as separate processes would hold."""
+    opened: list[Backend] = []
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'health.db'}"
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        url = server.url
+
+    def make() -> Backend:
+        backend = open_backend(url)
+        opened.append(backend)
+        return backend
+
+    yield url, make
+    for backend in opened:
+        backend.close()
+
+
+def increment(key: str) -> Callable[[Records, float], Records]:
+    def update(records: Records, now: float) -> Records:
+        record = records[key] or {"n": 0}
+        n = record["n"]
+        assert isinstance(n, int)
+        return {key: {"n": n + 1, "at": now}}
+
+    return update
+
+
+def count(backend: Backend, key: str) -> int:
+    records, _ = backend.transact([key], lambda r, now: {}, ttl=60)
+    record = records[key]
+    return 0 if record is None else int(record["n"] or 0)
+
+
+def test_absent_records_read_as_none_and_a_write_is_in_force_for_every_client(store) -> None:
+    _, make = store
+    a, b = make(), make()
+    records, now = a.transact(["k", "other"], lambda r, now: {"k": {"v": "x", "n": 1}}, ttl=60)
+    assert records == {"k": {"v": "x", "n": 1}, "other": None}
+    assert abs(now - time.time()) < 5  # this host's clock and the server's are one here
+    seen, _ = b.transact(["k", "other"], lambda r, now: {}, ttl=60)
+    assert seen == {"k": {"v": "x", "n": 1}, "other": None}
+
+
+def test_update_reads_what_another_client_wrote_since(store) -> None:
+    _, make = store
+    a, b = make(), make()
+    a.transact(["k"], increment("k"), ttl=60)
+    b.transact(["k"], increment("k"), ttl=60)  # a's view of "k" is now stale
+    records, _ = a.transact(["k"], increment("k"), ttl=60)
+    assert records["k"] is not None and records["k"]["n"] == 3
+    assert count(b, "k") == 3
+
+
+def test_a_record_mapped_to_none_is_deleted(store) -> None:
+    _, make = store
+    a, b = make(), make()
+    a.transact(["k", "j"], lambda r, now: {"k": {"n": 1}, "j": {"n": 2}}, ttl=60)
+    records, _ = b.transact(["k", "j"], lambda r, now: {"k": None}, ttl=60)
+    assert records == {"k": None, "j": {"n": 2}}
+    assert a.scan()[0] == {"j": {"n": 2}}
+
+
+def test_an_update_that_raises_writes_nothing_and_the_store_goes_on(store) -> None:
+    _, make = store
+    a = make()
+    a.transact(["k"], increment("k"), ttl=60)
+
+    def broken(records: Records, now: float) -> Records:
+        raise ZeroDivisionError("a bug in the caller's update")
+
+    with pytest.raises(ZeroDivisionError):
+        a.transact(["k"], broken, ttl=60)
+    a.transact(["k"], increment("k"), ttl=60)
+    assert count(make(), "k") == 2
+
+
+def test_records_expire_after_their_ttl_and_a_write_renews_it(store) -> None:
+    _, make = store
+    a, b = make(), make()
+    a.transact(["short", "renewed"], lambda r, now: {"short": {"n": 1}, "renewed": {"n": 1}}, 0.4)
+    time.sleep(0.25)
+    a.transact(["renewed"], increment("renewed"), ttl=0.4)
+    time.sleep(0.25)  # "short" is 0.5 s old (expired), "renewed" written 0.25 s ago
+    records, _ = b.transact(["short", "renewed"], lambda r, now: {}, ttl=60)
+    assert records["short"] is None
+    assert records["renewed"] is not None and records["renewed"]["n"] == 2
+    assert set(b.scan()[0]) == {"renewed"}
+    time.sleep(0.3)
+    assert b.scan()[0] == {}
+    assert a.transact(["renewed"], lambda r, now: {}, ttl=60)[0] == {"renewed": None}
+
+
+def test_delete_removes_exactly_the_keys_under_a_prefix_even_with_pattern_characters(
+    store,
+) -> None:
+    _, make = store
+    a, b = make(), make()
+    keys = ["t|a*b|m", "t|a*b|m|cred", "t|aXb|m", "t|a%b", "t|a_b", "t|a[1]", "u|a*b"]
+    a.transact(keys, lambda r, now: {k: {"n": 1} for k in keys}, ttl=60)
+    assert b.delete("t|a*b|") == 2
+    assert b.delete("t|a%") == 1
+    assert b.delete("t|a_") == 1
+    assert b.delete("t|a[") == 1
+    assert b.delete("nothing") == 0
+    assert sorted(a.scan()[0]) == ["t|aXb|m", "u|a*b"]
+    # a client that had read the deleted records sees them gone
+    assert a.transact(["t|a*b|m"], lambda r, now: {}, ttl=60)[0] == {"t|a*b|m": None}
+
+
+def test_scan_gives_every_record_and_the_store_clock(store) -> None:
+    _, make = store
+    a = make()
+    a.transact(["x", "y"], lambda r, now: {"x": {"until": now + 20}, "y": {"s": "open"}}, 60)
+    records, now = make().scan()
+    assert set(records) == {"x", "y"}
+    until = records["x"]["until"]
+    assert isinstance(until, float) and 19 < until - now <= 20
+
+
+def test_now_never_goes_back_for_one_client(store) -> None:
+    _, make = store
+    a = make()
+    nows = [a.transact(["k"], increment("k"), ttl=60)[1] for _ in range(50)]
+    assert nows == sorted(nows)
+
+
+def test_threads_of_one_process_lose_no_increment(store) -> None:
+    _, make = store
+    backend = make()
+
+    def work() -> None:
+        for _ in range(50):
+            backend.transact(["k"], increment("k"), ttl=60)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert count(backend, "k") == 400
+
+
+WORKER = """
+import sys
+from fallgate.providers.stores import open_backend
+url, n = sys.argv[1], int(sys.argv[2])
+backend = open_backend(url)
+def update(records, now):
+    record = records["k"] or {"n": 0}
+    return {"k": {"n": record["n"] + 1}}
+for _ in range(n):
+    backend.transact(["k"], update, 60)
+backend.close()
+"""
+
+
+def test_processes_sharing_the_store_lose_no_increment(store) -> None:
+    """N real processes x M increments through `transact` leave exactly N*M."""
+    url, make = store
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WORKER, url, "150"], stderr=subprocess.PIPE)
+        for _ in range(6)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err.decode()
+    assert count(make(), "k") == 900
+
+
+# -- Redis: compare-and-set, server clock, expiry as durations, outages -----------------------
+
+
+@pytest.fixture
+def redis_backend(redis_server: RedisServer) -> Iterator[Callable[..., RedisBackend]]:
+    """A factory of `RedisBackend` clients of the test's server, closed after the test."""
+    opened: list[RedisBackend] = []
+
+    def make(url: str | None = None, **options: float) -> RedisBackend:
+        backend = RedisBackend(url or redis_server.url, **options)
+        opened.append(backend)
+        return backend
+
+    yield make
+    for backend in opened:
+        backend.close()
+
+
+def test_redis_reruns_update_on_a_conflict_with_the_fresh_records(
+    redis_server, redis_backend) -> None:
+    a, b = redis_backend(), redis_backend()
+    a.transact(["k"], increment("k"), ttl=60)
+    b.transact(["k"], increment("k"), ttl=60)
+    seen: list[object] = []
+
+    def update(records: Records, now: float) -> Records:
+        seen.append(records["k"] and records["k"]["n"])
+        return increment("k")(records, now)
+
+    records, _ = a.transact(["k"], update, ttl=60)
+    assert seen == [1, 2]  # first on a's stale view, then again on what b wrote
+    assert records["k"] is not None and records["k"]["n"] == 3
+
+
+def test_redis_common_case_is_one_round_trip(
+    redis_server, redis_backend) -> None:
+    """A client that wrote a key last updates it again with one command (the script)."""
+    backend = redis_backend()
+    backend.transact(["k"], increment("k"), ttl=60)
+    client = backend._client
+    sent: list[object] = []
+    execute = client.execute_command
+
+    def counting(*args: object, **options: object) -> object:
+        sent.append(args[0])
+        return execute(*args, **options)
+
+    client.execute_command = counting  # type: ignore[method-assign]
+    for _ in range(10):
+        backend.transact(["k"], increment("k"), ttl=60)
+    assert sent == ["EVALSHA"] * 10
+    assert count(backend, "k") == 11
+
+
+def test_redis_expiry_is_a_duration_on_the_server(
+    redis_server, redis_backend) -> None:
+    import redis
+
+    backend = redis_backend()
+    backend.transact(["k"], increment("k"), ttl=30)
+    raw = redis.Redis.from_url(redis_server.url)
+    [key] = raw.keys("*:k")
+    assert 29_000 < raw.pttl(key) <= 30_000
+    raw.close()
+
+
+def test_redis_time_is_the_servers_whatever_this_hosts_wall_clock_says(
+    redis_server, redis_backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import redis
+
+    server_now = float(redis.Redis.from_url(redis_server.url).time()[0])
+    monkeypatch.setattr(time, "time", lambda: 0.0)  # a host whose wall clock is wrong
+    backend = redis_backend()
+    _, now = backend.transact(["k"], increment("k"), ttl=60)
+    assert abs(now - server_now) < 5
+    _, scanned = backend.scan()
+    assert abs(scanned - server_now) < 5
+
+
+def test_redis_stopped_raises_store_unavailable_then_works_after_restart(
+    redis_server, redis_backend) -> None:
+    backend = redis_backend(reconnect_after=0.2)
+    backend.transact(["k"], increment("k"), ttl=60)
+    redis_server.stop()
+    for call in (
+        lambda: backend.transact(["k"], increment("k"), ttl=60),
+        backend.scan,
+        lambda: backend.delete("k"),
+    ):
+        with pytest.raises(StoreUnavailable, match=f"^{redis_server.url}: "):
+            call()
+    redis_server.start()
+    time.sleep(0.25)
+    # the server came back empty (no persistence): nothing remembered from before is served
+    records, _ = backend.transact(["k"], increment("k"), ttl=60)
+    assert records["k"] is not None and records["k"]["n"] == 1
+
+
+def test_redis_a_remembered_version_never_matches_a_newer_record_after_a_restart(
+    redis_server, redis_backend,
+) -> None:
+    a = redis_backend()
+    a.transact(["k"], increment("k"), ttl=60)  # a remembers k at its first version
+    redis_server.kill()
+    redis_server.start()
+    b = redis_backend()
+    b.transact(["k"], lambda r, now: {"k": {"n": 40}}, ttl=60)  # the first version again
+    records, _ = a.transact(["k"], increment("k"), ttl=60)
+    assert records["k"] is not None and records["k"]["n"] == 41
+
+
+def test_redis_errors_name_the_url_but_never_its_password(
+    redis_server, redis_backend) -> None:
+    import redis
+
+    admin = redis.Redis.from_url(redis_server.url)
+    admin.config_set("requirepass", "the-right-one")
+    admin.close()
+    url = redis_server.url.replace("redis://", "redis://:hunter2secret@")
+    backend = redis_backend(url, reconnect_after=0)
+    with pytest.raises(StoreUnavailable) as refused:  # a wrong password
+        backend.transact(["k"], increment("k"), ttl=60)
+    redis_server.stop()
+    with pytest.raises(StoreUnavailable) as unreachable:
+        backend.scan()
+    for caught in (refused, unreachable):
+        message = str(caught.value)
+        assert "hunter2secret" not in message
+        assert message.startswith(f"redis://:***@127.0.0.1:{redis_server.port}/0: ")
+    assert "hunter2secret" not in repr(backend) and "hunter2secret" not in backend.url
+
+
+def test_redis_unreachable_answers_at_once_until_it_is_time_to_reconnect(
+    redis_server, redis_backend) -> None:
+    backend = redis_backend(reconnect_after=30)
+    redis_server.stop()
+    with pytest.raises(StoreUnavailable, match=r"Connection refused|connecting"):
+        backend.scan()
+    redis_server.start()
+    with pytest.raises(StoreUnavailable, match="retrying shortly"):
+        backend.scan()
+
+
+# -- SQLite -----------------------------------------------------------------------------
+
+
+def test_sqlite_a_lock_held_past_the_busy_timeout_is_store_unavailable(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "health.db"
+    backend = SQLiteBackend(path, busy_timeout=0.1)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    with pytest.raises(StoreUnavailable, match=f"^sqlite:///{path}: database is locked"):
+        backend.transact(["k"], increment("k"), ttl=60)
+    holder.execute("ROLLBACK")
+    holder.close()
+    backend.transact(["k"], increment("k"), ttl=60)
+    assert count(backend, "k") == 1
+
+
+def test_sqlite_a_file_in_a_missing_folder_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "no-such-folder" / "health.db"
+    with pytest.raises(StoreUnavailable, match=f"sqlite:///{path}: cannot open"):
+        SQLiteBackend(path)
+
+
+def test_sqlite_uses_wal_so_a_reader_is_not_blocked_by_a_writer(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "health.db"
+    backend = SQLiteBackend(path, busy_timeout=0.1)
+    backend.transact(["k"], increment("k"), ttl=60)
+    holder = sqlite3.connect(path, isolation_level=None)
+    assert holder.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    holder.execute("BEGIN IMMEDIATE")
+    reader = SQLiteBackend(path, busy_timeout=0.1)
+    assert set(reader.scan()[0]) == {"k"}
+    holder.execute("ROLLBACK")
+    holder.close()
+    reader.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("sqlite:///", "give the database file's path"),
+        ("sqlite:///:memory:", "give the database file's path"),
+        ("postgres://user:pw@host/db", "unsupported health store URL"),
+        ("health.db", "unsupported health store URL"),
+    ],
+)
+def test_a_bad_store_url_is_refused_naming_it_without_password(url: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem) as caught:
+        open_backend(url)
+    assert ":pw@" not in str(caught.value)
