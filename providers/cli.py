@@ -1,4 +1,4 @@
-"""The `fallgate` command line: demo, diagram, check, serve, providers.
+"""The `fallgate` command line: demo, diagram, check, serve, providers, health.
 
 Every failure a user can cause (a bad argument, a missing or malformed file,
 an invalid policy, a missing system tool) ends with a short message on stderr
@@ -27,7 +27,8 @@ from ..fsm.trace import TraceEvent, from_jsonl
 PROG = "fallgate"
 
 #: Exit statuses: 0 success; 1 the command ran and failed (a property is broken, a demo
-#: scenario left its expected path, an output could not be written); 2 a usage or input
+#: scenario left its expected path, an output could not be written, the health store
+#: cannot be reached); 2 a usage or input
 #: error (a bad argument, a missing or invalid policy, trace or script file, an unsupported
 #: output suffix); 3 a needed system tool (Graphviz's `dot`) is missing; 130 interrupted.
 OK, FAILED, USAGE, MISSING_TOOL, INTERRUPTED = 0, 1, 2, 3, 130
@@ -36,9 +37,11 @@ EXIT_STATUS_HELP = """\
 exit status:
   0    success
   1    the command ran and failed: a property is broken (check), a scenario
-       took an unexpected path (demo), an output could not be written
+       took an unexpected path (demo), an output could not be written, the
+       health store cannot be reached (health)
   2    usage or input error: a bad argument; a missing, unreadable or invalid
-       policy, trace or script file; an unsupported output file suffix
+       policy, trace or script file; an unsupported output file suffix; a bad
+       store URL or an unknown target to reset (health)
   3    a needed system tool is missing (Graphviz's `dot` for SVG and PNG)
   130  interrupted (Ctrl-C)"""
 
@@ -317,6 +320,48 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return int(demo.demo_main(as_json=args.json, out=Path(args.out), diagrams=not args.no_diagrams))
 
 
+def cmd_health(args: argparse.Namespace) -> int:
+    from ..fsm.store import StoreUnavailable
+    from . import health_report
+    from .stores import open_backend
+
+    try:
+        backend = open_backend(args.store, create=False)
+    except ValueError as e:
+        raise CliError(str(e), USAGE) from None
+    except ImportError as e:
+        raise CliError(str(e), MISSING_TOOL) from None
+    except StoreUnavailable as e:
+        raise CliError(f"cannot reach the health store: {e}", FAILED) from None
+    try:
+        data = health_report.report(backend)
+        if args.reset is not None:
+            chosen = health_report.matching(data, args.reset)
+            if not chosen or (args.reset != "all" and len(chosen) > 1):
+                known = ", ".join(t["target"] for t in data["targets"]) or "none"
+                why = "names more than one backend" if chosen else "is not in the store"
+                raise CliError(
+                    f"--reset {args.reset!r} {why} (targets: {known}; give MODEL@BASE_URL, "
+                    "or all)",
+                    USAGE,
+                )
+            deleted = sum(
+                health_report.reset(backend, t["base_url"], t["model"]) for t in chosen
+            )
+            names = ", ".join(t["target"] for t in chosen)
+            if args.json:
+                print(json.dumps({"store": backend.url, "reset": names, "deleted": deleted}))
+            else:
+                print(f"reset {names}: {deleted} record(s) deleted from {backend.url}")
+            return OK
+    except StoreUnavailable as e:
+        raise CliError(f"cannot reach the health store: {e}", FAILED) from None
+    finally:
+        backend.close()
+    print(json.dumps(data, indent=2) if args.json else health_report.render(data))
+    return OK
+
+
 # -- the parser ---------------------------------------------------------------------------------
 
 
@@ -345,7 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
             "  fallgate diagram --trace turn.jsonl    # highlight the path of a turn\n"
             "  fallgate check policy.toml\n"
             "  fallgate providers                     # known providers, which keys are set\n"
-            "  fallgate serve --script faults.toml --port 8080\n\n"
+            "  fallgate serve --script faults.toml --port 8080\n"
+            "  fallgate health --store redis://127.0.0.1:6379/0   # a fleet's shared health\n\n"
             "Run `fallgate COMMAND --help` for the options of each command.\n\n"
             f"{EXIT_STATUS_HELP}"
         ),
@@ -500,6 +546,50 @@ def build_parser() -> argparse.ArgumentParser:
         '"source"}, ...]}',
     )
     p.set_defaults(run=cmd_providers)
+
+    p = sub.add_parser(
+        "health",
+        help="show (or reset) the health a fleet shares: breakers, budgets, cooldowns",
+        formatter_class=fmt,
+        description=(
+            "Reads a shared health store (SQLite file or Redis) and shows, per backend\n"
+            "(MODEL@BASE_URL): the breaker (closed, open, half-open, probing), seconds\n"
+            "left, failures in the window, retry-budget tokens and the round-robin\n"
+            "cursor; per credential (by id: env:NAME or a fingerprint, never the key)\n"
+            "its cooldown. --reset forgets one backend's health (its breaker, budget\n"
+            "and its keys' cooldowns), so the next turn tries it at once."
+        ),
+        epilog=(
+            "exit status:\n"
+            "  0    shown (or reset)\n"
+            "  1    the store cannot be reached\n"
+            "  2    usage or input error: a bad store URL, an unknown --reset target\n"
+            "  3    the redis package is missing (pip install 'fallgate[redis]')\n"
+            "  130  interrupted (Ctrl-C)"
+        ),
+    )
+    p.add_argument(
+        "--store",
+        required=True,
+        metavar="URL",
+        help="sqlite:///relative/path.db, sqlite:////absolute/path.db, or "
+        "redis://[:password@]host[:port][/db] (rediss://, unix:// too)",
+    )
+    p.add_argument(
+        "--reset",
+        metavar="TARGET",
+        help="forget the health of TARGET: MODEL@BASE_URL as listed, a model name only "
+        "one stored backend serves, or all",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"store", "targets": [{"target", "base_url", "model", "breaker", '
+        '"open_seconds_left", "probe_seconds_left", "opens", "failures", "budget_tokens", '
+        '"round_robin", "credentials": [{"id", "cooling", "seconds_left"}]}], '
+        '"other_records"}',
+    )
+    p.set_defaults(run=cmd_health)
     return parser
 
 

@@ -8,6 +8,7 @@ imported only when asked for.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...fsm.store import Backend
@@ -36,9 +37,9 @@ def redis_backend_class() -> type[RedisBackend]:
     return RedisBackend
 
 
-def open_backend(url: str) -> Backend:
+def open_backend(url: str, *, create: bool = True) -> Backend:
     """The backend a store URL names; ValueError (naming the URL, never its password)
-    for anything else."""
+    for anything else, or for a SQLite file that does not exist unless `create`."""
     scheme, sep, rest = url.partition("://")
     scheme = scheme.lower()
     if sep and scheme == "sqlite":
@@ -47,6 +48,8 @@ def open_backend(url: str) -> Backend:
         path = rest[1:] if rest.startswith("/") else rest
         if not path or path == ":memory:":
             raise ValueError(f"{url}: give the database file's path (sqlite:///path/to/health.db)")
+        if not create and not Path(path).is_file():
+            raise ValueError(f"{url}: no such health store file: {path}")
         return SQLiteBackend(path)
     if sep and scheme in REDIS_SCHEMES:
         return redis_backend_class()(url)
