@@ -18,12 +18,19 @@ if TYPE_CHECKING:
 
 @attrs.frozen(slots=True)
 class Attempt:
-    """Call `target` with `credential`; `timeout` is what is left of the deadline."""
+    """Call `target` with `credential`; `timeout` is what is left of the deadline.
+
+    `probe`: the target's breaker is half-open and this attempt probes it; `retry`: another
+    attempt on the same target in this turn (it spends the retry budget). Either needs the
+    health store's grant before it goes out (`HealthStore.grant`; refused: feed
+    ``denied``)."""
 
     target: Target
     credential: Credential
     timeout: float
     number: int  # 1-based attempt number within the turn
+    probe: bool = False
+    retry: bool = False
 
 
 @attrs.frozen(slots=True)

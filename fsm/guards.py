@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from .actions import Action, Fail, Finish
-from .backoff import backoff_delay, cooldown_for
+from .backoff import backoff_delay
 from .outcomes import CANCELLED as CANCELLED_OUTCOME
 from .outcomes import Outcome, OutcomeKind
-from .policy import Backoff, Policy
+from .policy import Backoff, Policy, RetryBudget
 from .traits import ABORTED, FAILED, TRAITS, BenchSpan, Level, Traits
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ class _Words(dict[str, str]):
         value = getattr(self.policy, name)
         if isinstance(value, Backoff):
             return f"backoff ≤{_num(value.cap)}s"
+        if isinstance(value, RetryBudget):
+            return f"retry budget of {_num(value.size)}" if value.enabled else "retry budget (off)"
         if name in _SECONDS:
             return f"{_num(value)}s"
         return _num(value) if isinstance(value, int | float) else str(value)
@@ -123,7 +125,7 @@ def _bench_key(s: TurnState, o: Outcome) -> None:
     nb = v.key_not_before
     nb[cred.id] = max(nb.get(cred.id, 0.0), until)
     if rule.cooldown:
-        s.health.cool_credential(s.target.key, cred.id, until, now)
+        s.health.cool_credential(s.target.key, cred.health_id, until, now)
 
 
 def _hold_target(s: TurnState, o: Outcome) -> None:
@@ -187,11 +189,19 @@ def observation_text(ob: Observation, t: Traits) -> str:
 # -- guards ---------------------------------------------------------------------------------------
 
 
+def may_retry(s: TurnState) -> bool:
+    """A retry on the current target is allowed by the fleet: it is not a half-open
+    target's probe (a probe gets one attempt), and its retry budget has a token."""
+    v = s.visit
+    return not v.probe and s.health.retry_tokens(v.target.key, s.policy) >= 1.0  # type: ignore[union-attr]
+
+
 def _transport_retry(s: TurnState, arg: int) -> bool:
     p = s.policy
     v = s.visit
     return (
-        not v.recovered
+        may_retry(s)
+        and not v.recovered
         and v.streak < p.transport_faults_before_recovery
         and v.attempts < p.max_attempts
         and s.fits_deadline(s.backoff_ceiling(v.streak - 1))
@@ -199,7 +209,7 @@ def _transport_retry(s: TurnState, arg: int) -> bool:
 
 
 def _can_recover(s: TurnState, arg: int) -> bool:
-    return not s.visit.recovered
+    return not s.visit.recovered and may_retry(s)
 
 
 def _server_retry(s: TurnState, arg: int) -> bool:
@@ -209,11 +219,13 @@ def _server_retry(s: TurnState, arg: int) -> bool:
     ra = o.retry_after if o is not None else None
     if v.attempts >= p.max_attempts or (ra is not None and ra > p.retry_after_cap):
         return False
+    if not may_retry(s):
+        return False
     return s.fits_deadline(max(s.backoff_ceiling(v.attempts - 1), ra or 0.0))
 
 
 def _stream_retry(s: TurnState, arg: int) -> bool:
-    return s.visit.attempts < s.policy.max_attempts
+    return s.visit.attempts < s.policy.max_attempts and may_retry(s)
 
 
 def _can_rotate(s: TurnState, arg: int) -> bool:
@@ -223,7 +235,7 @@ def _can_rotate(s: TurnState, arg: int) -> bool:
 
 
 def _can_wait(s: TurnState, arg: int) -> bool:
-    if s.visit.attempts >= s.policy.max_attempts:
+    if s.visit.attempts >= s.policy.max_attempts or not may_retry(s):
         return False
     at, cred = s.earliest_free()
     if cred is None:
@@ -268,25 +280,27 @@ def _soonest_is(s: TurnState, arg: int) -> bool:
     return best == arg
 
 
+_FLEET = "a token left in the {retry_budget}, not a probe"
 TRANSPORT_RETRY: Final = Guard(
     "transport_retry",
     _transport_retry,
     "streak < {transport_faults_before_recovery}, attempts < {max_attempts}, not recovered, "
-    "{backoff} fits the {deadline} deadline",
+    f"{{backoff}} fits the {{deadline}} deadline, {_FLEET}",
 )
-CAN_RECOVER: Final = Guard("can_recover", _can_recover, "recovery not yet used")
+CAN_RECOVER: Final = Guard("can_recover", _can_recover, f"recovery not yet used, {_FLEET}")
 SERVER_RETRY: Final = Guard(
     "server_retry",
     _server_retry,
     "attempts < {max_attempts}, Retry-After ≤ {retry_after_cap}, "
-    "{backoff} fits the {deadline} deadline",
+    f"{{backoff}} fits the {{deadline}} deadline, {_FLEET}",
 )
-STREAM_RETRY: Final = Guard("stream_retry", _stream_retry, "attempts < {max_attempts}")
+STREAM_RETRY: Final = Guard("stream_retry", _stream_retry, f"attempts < {{max_attempts}}, {_FLEET}")
 CAN_ROTATE: Final = Guard("can_rotate", _can_rotate, "another key free, rotations < keys-1")
 CAN_WAIT: Final = Guard(
     "can_wait",
     _can_wait,
-    "attempts < {max_attempts}, wait ≤ {retry_after_cap}, fits the {deadline} deadline",
+    f"attempts < {{max_attempts}}, wait ≤ {{retry_after_cap}}, fits the {{deadline}} deadline, "
+    f"{_FLEET}",
 )
 NEXT_IS: Final = Guard("next_is", _next_is, "next eligible = {target}")
 FIRST_IS: Final = Guard("first_is", _first_is, "first not cooling = {target}")
@@ -319,14 +333,11 @@ def leave(s: TurnState) -> None:
         return
     o = s.outcome
     t = s.target
-    s.reasons[t.name] = (v.attempts, o)
+    s.reasons[t.name] = (v.attempts, o) if s.denial is None or o is not None else s.denial
     if o is not None and TRAITS[o.kind].level is Level.TARGET and s.policy.rule(o.kind).cooldown:
-        now = s.at
-        streak = s.health.failed(t.key)
-        span = (
-            o.retry_after if o.retry_after is not None else cooldown_for(s.policy.cooldown, streak)
-        )
-        s.health.cool_target(t.key, now + span, now)
+        s.health.failed(t.key, s.at, s.policy, o.retry_after, s.owner)
+    if v.probe:  # whatever the probe showed is reported: the lease goes back
+        s.health.released(t.key, s.owner, s.at)
     for j, why in s._skips.items():
         s.reasons.setdefault(s.policy.targets[j].name, why)
 
@@ -406,7 +417,7 @@ def _finish(s: TurnState, arg: int) -> Action:
     o = s.outcome
     v = s.visit
     if v.index >= 0 and v.credential is not None:
-        s.health.succeeded(s.target.key, v.credential.id)
+        s.health.succeeded(s.target.key, v.credential.health_id, s.policy, s.at)
     return Finish(o.value if o is not None else None)
 
 
@@ -416,10 +427,30 @@ def _fail(s: TurnState, arg: int) -> Action:
         return Fail(s.failure("every target is cooling beyond the Retry-After cap", FAILED))
     s.next_eligible()
     leave(s)
-    return Fail(s.failure(f"{s.target.name} ended with {s.describe(s.outcome)}", FAILED))
+    if s.denial is not None:
+        return Fail(s.failure(f"{s.target.name} not attempted: {s.denial}", FAILED))
+    return Fail(
+        s.failure(f"{s.target.name} ended with {s.describe(s.outcome)}{_no_retry(s)}", FAILED)
+    )
+
+
+def _no_retry(s: TurnState) -> str:
+    """Why a retryable outcome was not retried, when the fleet said no."""
+    o = s.outcome
+    v = s.visit
+    if o is None or not s.policy.rule(o.kind).retry or v.target is None:
+        return ""
+    if v.probe:
+        return f"; no retry: it was the probe of {v.target.name}'s half-open breaker"
+    if s.health.retry_tokens(v.target.key, s.policy) < 1.0:
+        return f"; no retry: the retry budget of {v.target.name} is empty"
+    return ""
 
 
 def _abort(s: TurnState, arg: int) -> Action:
+    v = s.visit
+    if v.probe and v.index >= 0:
+        s.health.released(s.target.key, s.owner, s.at)
     if s.outcome is None or s.outcome.kind is not OutcomeKind.CANCELLED:
         s.outcome = CANCELLED_OUTCOME
     return Fail(s.failure("cancelled", ABORTED))

@@ -1,35 +1,92 @@
-"""What outlives a turn: cooldowns per target and per credential, failure streaks.
+"""What outlives a turn: per backend, its breaker, retry budget and round-robin cursor; per
+key, its cooldown.
 
-In-memory and thread-safe. Times are in the clock domain of the turns that
-use the store (by default the system clock's monotonic seconds).
+In-memory and thread-safe. Times are in the clock domain of the turns that use the store
+(by default the system clock's monotonic seconds). What the records mean and how each
+report changes them is `fsm.fleet` (one home, shared with `fsm.shared.SharedHealthStore`,
+which keeps one of these as its local replica and exchanges it with a backend that
+several processes or hosts share).
 
-`DEFAULT` is the one process-wide store: every turn that is given no
-``health=`` (``fsm.Turn``, ``fsm.run``, ``fsm.arun``, ...) reads and writes it,
-so unrelated callers share cooldowns — on purpose, since a cooldown belongs
-to the endpoint (a target's provider, base URL and model) and the key, not to
-a policy object. Pass your own `HealthStore` to keep a turn's facts apart
-(tests, tenants), or ``DEFAULT.clear()`` to forget them.
+`DEFAULT` is the one process-wide store: every turn that is given no ``health=``
+(``fsm.Turn``, ``fsm.run``, ``fsm.arun``, ...) reads and writes it, so unrelated callers
+share cooldowns — on purpose, since a cooldown belongs to the backend (base URL and model)
+and the key, not to a policy object. Pass your own `HealthStore` to keep a turn's facts
+apart (tests, tenants), or ``DEFAULT.clear()`` to forget them.
 
-Cooldowns never extend themselves: while one is active, a new failure
-report for the same key leaves its end where it is (such reports come from
-turns that were already in flight when the cooldown began).
+Cooldowns never extend themselves: while one is active, a new failure report for the same
+key leaves its end where it is (such reports come from turns that were already in flight
+when the cooldown began).
+
+The host loops (`fsm.host`) call `grant` before each attempt that needs the store's leave
+(a half-open target's probe takes the probe lease; a retry takes a retry token): that is
+where two turns that both decided to probe, or to spend the last token, are told apart
+atomically. `begin` and `end` bracket a turn: no-ops here, the shared store's exchanges.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
-from collections.abc import Hashable, Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+from . import fleet
+from .store import Record
+
+if TYPE_CHECKING:
+    from .actions import Attempt
+    from .policy import Policy
+    from .state import TurnState
 
 TargetKey = Hashable
 CredKey = tuple[Hashable, str]
+_EMPTY: Final[Record] = {}
+_OWNERS: Final = itertools.count(1)
+#: A pure update of one record at `now` (`fsm.fleet`); None refuses.
+Update = Callable[[Record, float], "Record | None"]
+
+
+def _advance(r: Record, now: float) -> Record:
+    return fleet.advance(r)[0]
+
+
+def _clear(r: Record, now: float) -> Record:
+    return {}
+
+
+_CLEAR: Final = _clear
+
+
+def grant_update(policy: Policy, probe: bool, retry: bool, owner: str) -> Update:
+    """The check-and-take of one attempt's grant: the probe lease, a retry token."""
+
+    def take(r: Record, now: float) -> Record | None:
+        out: Record | None = r
+        if probe:
+            out = fleet.acquire(r, now, owner, policy.attempt_timeout)
+        if retry and out is not None:
+            out = fleet.spend(out, policy)
+        return out
+
+    return take
+
+
+def refusal(a: Attempt, r: Record, now: float, owner: str) -> str:
+    """Why the store refused attempt `a` (its target's record `r` as the grant saw it)."""
+    if a.probe and not fleet.probe_free(r, now, owner):
+        return f"{a.target.name} is half-open and another turn is probing it"
+    return f"the retry budget of {a.target.name} is empty"
 
 
 class HealthStore:
     """Cross-turn facts. All methods take `now` so that the store stays clock-agnostic."""
 
-    __slots__ = ("__weakref__", "_cred_until", "_lock", "_rr", "_streak", "_target_until")
+    __slots__ = ("__weakref__", "_cred_until", "_lock", "_targets")
+
+    #: Does the host loop have to exchange with a backend around attempts (`begin`,
+    #: `grant` for every attempt, `end`)? False: only probes and retries need `grant`.
+    shared: ClassVar[bool] = False
 
     @staticmethod
     def default() -> HealthStore:
@@ -38,31 +95,73 @@ class HealthStore:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._target_until: dict[TargetKey, float] = {}
+        self._targets: dict[TargetKey, Record] = {}
         self._cred_until: dict[CredKey, float] = {}
-        self._streak: dict[TargetKey, int] = {}
-        self._rr: dict[TargetKey, int] = {}
 
     # -- reads (lock-free: single dict lookups are atomic in CPython) ---------------------
     def quiet(self) -> bool:
-        """True when nothing has ever been benched (a fast path for turn start)."""
-        return not self._target_until and not self._cred_until
+        """True when nothing has ever been reported (a fast path for turn start)."""
+        return not self._targets and not self._cred_until
+
+    def record(self, target: TargetKey) -> Record:
+        """The target's record (see `fsm.fleet`; empty when nothing is known)."""
+        return self._targets.get(target, _EMPTY)
 
     def target_until(self, target: TargetKey) -> float:
-        return self._target_until.get(target, 0.0)
+        """End of the target's open span (0: not open)."""
+        r = self._targets.get(target)
+        return fleet.num(r, "until") if r else 0.0
+
+    def lease_until(self, target: TargetKey, owner: str) -> float:
+        """End of a probe lease on the target held by another turn than `owner` (0: none)."""
+        r = self._targets.get(target)
+        if not r or r.get("owner") in ("", owner, None):
+            return 0.0
+        return fleet.num(r, "lease")
+
+    def half_open(self, target: TargetKey, now: float) -> bool:
+        r = self._targets.get(target)
+        return bool(r) and fleet.is_half_open(r, now)  # type: ignore[arg-type]
+
+    def retry_tokens(self, target: TargetKey, policy: Policy) -> float:
+        """Retry tokens left for the target (inf when the policy has no budget)."""
+        rb = policy.retry_budget
+        if not rb.enabled:
+            return math.inf
+        r = self._targets.get(target)
+        return fleet.tokens(r, rb.size) if r else rb.size
 
     def credential_until(self, target: TargetKey, cred: str) -> float:
         return self._cred_until.get((target, cred), 0.0)
 
-    # -- writes ---------------------------------------------------------------------------
-    def cool_target(self, target: TargetKey, until: float, now: float) -> float:
-        """Bench `target` until `until` unless already benched; returns the end in force."""
+    # -- writes: each is a pure update (`fsm.fleet`) applied under the lock ----------------
+    def _apply(self, target: TargetKey, fn: Update, now: float) -> Record | None:
+        """Under the lock: apply `fn` to the target's record; journal it if it changed
+        anything (None: `fn` refused, nothing changes)."""
+        old = self._targets.get(target, _EMPTY)
+        new = fn(old, now)
+        if new is None or new is old:
+            return new
+        if new:
+            self._targets[target] = new
+        else:
+            self._targets.pop(target, None)
+        self._journal(target, None, fn)
+        return new
+
+    def open_target(self, target: TargetKey, until: float, now: float) -> float:
+        """Open the target's breaker until `until` unless it is open already (a setup step
+        for tests and the checker; turns open breakers through `failed`)."""
+        span = until - now
+
+        def opened(r: Record, t: float) -> Record:
+            if fleet.num(r, "until") > t:
+                return r
+            return {**r, "until": t + span, "opens": max(1, fleet.count(r, "opens"))}
+
         with self._lock:
-            current = self._target_until.get(target, 0.0)
-            if current > now:
-                return current
-            self._target_until[target] = until
-            return until
+            r = self._apply(target, opened, now)
+        return fleet.num(r or {}, "until")
 
     def cool_credential(self, target: TargetKey, cred: str, until: float, now: float) -> float:
         """Bench one credential of one target (never another target's)."""
@@ -72,30 +171,85 @@ class HealthStore:
             if current > now:
                 return current
             self._cred_until[key] = until
+            span = until - now
+            self._journal(target, cred, lambda r, t: fleet.cool(r, t, t + span))
             return until
 
-    def failed(self, target: TargetKey) -> int:
-        """Count a hard failure; returns the new streak (drives exponential cooldown)."""
+    def failed(
+        self,
+        target: TargetKey,
+        now: float,
+        policy: Policy,
+        retry_after: float | None = None,
+        owner: str = "",
+    ) -> Record:
+        """A turn left `target` with a hard failure (`fsm.fleet.fail`); returns the record."""
         with self._lock:
-            n = self._streak.get(target, 0) + 1
-            self._streak[target] = n
-            return n
+            r = self._apply(target, lambda r, t: fleet.fail(r, t, policy, retry_after, owner), now)
+        assert r is not None
+        return r
 
-    def succeeded(self, target: TargetKey, cred: str) -> None:
-        """A success clears the target's streak and any stale bench on it."""
-        if not self._streak and not self._target_until and not self._cred_until:
+    def succeeded(self, target: TargetKey, cred: str, policy: Policy, now: float = 0.0) -> None:
+        """A success closes the target's breaker, refills its retry budget and clears any
+        stale bench on the key."""
+        if not self._targets and not self._cred_until:
             return
         with self._lock:
-            self._streak.pop(target, None)
-            self._target_until.pop(target, None)
-            self._cred_until.pop((target, cred), None)
+            if target in self._targets:
+                self._apply(target, lambda r, t: fleet.succeed(r, policy), now)
+            if self._cred_until.pop((target, cred), None) is not None:
+                self._journal(target, cred, _CLEAR)
 
-    def next_round_robin(self, target: TargetKey, size: int) -> int:
+    def released(self, target: TargetKey, owner: str, now: float = 0.0) -> None:
+        """A probe ended neither way: give its lease back."""
+        with self._lock:
+            if self._targets.get(target, _EMPTY).get("owner") == owner:
+                self._apply(target, lambda r, t: fleet.release(r, owner), now)
+
+    def next_round_robin(self, target: TargetKey, size: int, now: float = 0.0) -> int:
         """The starting slot for a round-robin pool (advances on every call)."""
         with self._lock:
-            n = self._rr.get(target, -1) + 1
-            self._rr[target] = n
-            return n % size
+            r = self._apply(target, _advance, now)
+        assert r is not None
+        return fleet.count(r, "rr") % size
+
+    # -- the host's step before an attempt ------------------------------------------------
+    def owner(self, s: TurnState) -> str:
+        """The turn's id as a lease holder (made on first use; never a secret)."""
+        if not s.owner:
+            s.owner = f"{self._owner_prefix()}{next(_OWNERS)}"
+        return s.owner
+
+    def _owner_prefix(self) -> str:
+        return "turn-"
+
+    def grant(self, s: TurnState, a: Attempt) -> str | None:
+        """Let attempt `a` go out, atomically: a probe takes the target's lease, a retry
+        takes a token. Returns why not (the host then feeds ``denied``), or None."""
+        if not (a.probe or a.retry):
+            return None
+        fn = self.permit(s, a)
+        key = a.target.key
+        now = s.clock()
+        with self._lock:
+            old = self._targets.get(key, _EMPTY)
+            if self._apply(key, fn, now) is not None:
+                return None
+        return refusal(a, old, now, s.owner)
+
+    def permit(self, s: TurnState, a: Attempt) -> Update:
+        """The grant of `a` as a pure update (None from it: refused)."""
+        owner = self.owner(s) if a.probe else ""
+        return grant_update(s.policy, a.probe, a.retry, owner)
+
+    def begin(self, s: TurnState) -> None:
+        """Before a turn starts (a shared store reads what the turn needs)."""
+
+    def end(self, s: TurnState) -> None:
+        """After a turn ended (a shared store writes what the turn reported)."""
+
+    def _journal(self, target: TargetKey, cred: str | None, fn: Update) -> None:
+        """What the replica of a shared store changed (nothing to do in memory)."""
 
     # -- identity (the model checker's) -----------------------------------------------------------
     def copy(self) -> HealthStore:
@@ -124,46 +278,54 @@ class HealthStore:
         sizes: Mapping[Any, int] | None = None,
     ) -> tuple[Any, ...]:
         """Canonical identity of the facts about `targets` and `credentials` that can steer a
-        turn: cooldowns as seconds left (inf beyond `horizon`), failure streaks (equal once
-        at `saturation`, where the cooldown stops growing), round-robin positions."""
+        turn: open spans, leases and failure windows as seconds left (inf beyond
+        `horizon`), openings (equal once at `saturation`, where the span stops growing),
+        failures in the window, the lease holder, retry tokens, round-robin positions."""
         targets = tuple(targets)
         out: list[Any] = []
         for k in targets:
-            until = self._target_until.get(k, 0.0)
-            out.append(relative(until, now, horizon))
+            out.append(relative(self.target_until(k), now, horizon))
         for ck in credentials:
-            until = self._cred_until.get(ck, 0.0)
-            out.append(relative(until, now, horizon))
+            out.append(relative(self._cred_until.get(ck, 0.0), now, horizon))
         for k in targets:
-            out.append(min(self._streak.get(k, 0), saturation))
-            n = self._rr.get(k)
-            out.append(None if n is None else n % (sizes or {}).get(k, 1 << 30))
+            r = self._targets.get(k, _EMPTY)
+            out.append(min(fleet.count(r, "opens"), saturation))
+            fails = fleet.count(r, "fails")
+            out.append(fails)
+            out.append(r.get("since", 0.0) if fails else None)  # window: absolute
+            lease = fleet.num(r, "lease")
+            out.append((relative(lease, now, horizon), r.get("owner")) if lease > now else None)
+            out.append(r.get("tokens"))
+            n = r.get("rr")
+            out.append(None if n is None else int(n) % (sizes or {}).get(k, 1 << 30))
         return tuple(out)
 
     def clear(self) -> None:
         with self._lock:
-            self._target_until.clear()
+            self._targets.clear()
             self._cred_until.clear()
-            self._streak.clear()
-            self._rr.clear()
 
     def facts(
         self, copy: bool = True
     ) -> tuple[dict[TargetKey, float], dict[CredKey, float], dict[TargetKey, int]]:
-        """Target cooldowns, credential cooldowns and failure streaks (for the checker's
-        before/after comparison; copies unless `copy` is False)."""
-        if copy:
-            with self._lock:
-                return self._target_until.copy(), self._cred_until.copy(), self._streak.copy()
-        return self._target_until, self._cred_until, self._streak
+        """Target open spans, credential cooldowns and failure counts (openings and
+        failures in the window), for the checker's before/after comparison."""
+        with self._lock:
+            until = {k: fleet.num(r, "until") for k, r in self._targets.items() if r.get("until")}
+            fails = {
+                k: fleet.count(r, "opens") * 1000 + fleet.count(r, "fails")
+                for k, r in self._targets.items()
+                if r.get("opens") or r.get("fails")
+            }
+            creds = self._cred_until.copy() if copy else self._cred_until
+        return until, creds, fails
 
     def snapshot(self) -> dict[str, object]:
         """A copy for debugging and tests (credential ids only, never keys)."""
         with self._lock:
             return {
-                "targets": dict(self._target_until),
+                "targets": {k: dict(r) for k, r in self._targets.items()},
                 "credentials": dict(self._cred_until),
-                "streaks": dict(self._streak),
             }
 
 

@@ -24,6 +24,14 @@ KeyboardInterrupt (and asyncio cancellation) while the loop runs, or closing
 the generator before its end, cancel the turn (it ends `aborted`, recorded in
 its trace) and propagate.
 
+Before an Attempt that needs it (a half-open target's probe, a retry), the loop asks the
+turn's health store for its grant (`HealthStore.grant`: the probe lease, a retry token,
+taken atomically); refused, it feeds ``denied`` and the turn moves on. A shared store
+(`fsm.shared.SharedHealthStore`, ``shared = True``) is asked before every attempt (its one
+exchange with the backend: what the turn reported goes out, the records it needs come
+back), once before the turn starts and once after it ends; the asyncio loop runs those
+exchanges in a worker thread, never on the event loop.
+
 With OpenTelemetry switched on (`fsm.otel.enable`), each loop hands its turn
 to `fsm.otel` first, which records it (spans, events, metrics) and makes each
 attempt's span current while `attempt` runs; `telemetry` is what the caller
@@ -70,10 +78,20 @@ def host_loop(
     """
     if _otel.ACTIVE is not None:
         turn, attempt = _otel.ACTIVE.observe(turn, attempt, telemetry)
+    s = turn.s
+    health = s.health
+    shared = health.shared
+    if shared:
+        health.begin(s)
     action = turn.start()
     try:
         while True:
             if type(action) is Attempt:
+                if shared or action.probe or action.retry:
+                    why = health.grant(s, action)
+                    if why is not None:
+                        action = turn.deny(why)
+                        continue
                 if attempt is None:
                     action = turn.feed((yield action))
                 else:
@@ -95,6 +113,9 @@ def host_loop(
     except (GeneratorExit, KeyboardInterrupt):
         turn.cancel()
         raise
+    finally:
+        if shared:
+            health.end(s)
     yield action
 
 
@@ -111,10 +132,24 @@ async def ahost_loop(
     (``await gen.aclose()``) once you have the end."""
     if _otel.ACTIVE is not None:
         turn, attempt = _otel.ACTIVE.aobserve(turn, attempt, telemetry)
+    s = turn.s
+    health = s.health
+    shared = health.shared
+    if shared:
+        await asyncio.to_thread(health.begin, s)
     action = turn.start()
     try:
         while True:
             if type(action) is Attempt:
+                if shared or action.probe or action.retry:
+                    why = (
+                        await asyncio.to_thread(health.grant, s, action)
+                        if shared
+                        else health.grant(s, action)
+                    )
+                    if why is not None:
+                        action = turn.deny(why)
+                        continue
                 if attempt is None:
                     action = turn.feed((yield action))
                 else:
@@ -136,4 +171,7 @@ async def ahost_loop(
     except (GeneratorExit, asyncio.CancelledError, KeyboardInterrupt):
         turn.cancel()
         raise
+    finally:
+        if shared:
+            await asyncio.to_thread(health.end, s)
     yield action

@@ -53,6 +53,7 @@ from .policy import Policy
 from .traits import (
     ABORTED,
     CANCELLED,
+    DENIED,
     DONE,
     FAILED,
     FAULT_KINDS,
@@ -70,6 +71,7 @@ from .traits import (
 __all__ = [
     "ABORTED",
     "CANCELLED",
+    "DENIED",
     "DONE",
     "FAILED",
     "IDLE",
@@ -255,6 +257,10 @@ def _target(policy: Policy, i: int) -> Iterator[Transition]:
     yield Transition(SUCCESS, here, DONE, None, FINISH)
     for kind in FAULT_KINDS:
         yield from _on_fault(policy, i, kind)
+    # The health store refused the attempt (another turn holds the half-open target's
+    # probe lease, or its retry budget is empty): move on as if it were not eligible.
+    yield from _fallbacks(policy, i, DENIED, here)
+    yield Transition(DENIED, here, FAILED, None, FAIL)
     # A committed stream being continued may only finish, continue again or fail: no
     # rotation, no fallback (its output already reached the caller).
     if policy.rule(OutcomeKind.STREAM_INTERRUPTED).retry:
@@ -264,6 +270,7 @@ def _target(policy: Policy, i: int) -> Iterator[Transition]:
             if TRAITS[kind].committed:
                 yield Transition(kind.value, cont, cont, STREAM_RETRY, ATTEMPT)
             yield Transition(kind.value, cont, FAILED, None, FAIL)
+        yield Transition(DENIED, cont, FAILED, None, FAIL)
     for phase in WAIT_PHASES:
         yield Transition(WAITED, state_name(here, phase), here, None, ATTEMPT)
     if policy.recover_transport:
@@ -280,6 +287,6 @@ def _declare(policy: Policy) -> Declaration:
     for i in range(len(policy.targets)):
         tr += _target(policy, i)
     tr += [Transition(CANCELLED, s.name, ABORTED, None, ABORT) for s in states if not s.terminal]
-    triggers = (START, *[k.value for k in OutcomeKind], WAITED, REBUILT, REBUILD_FAILED)
+    triggers = (START, *[k.value for k in OutcomeKind], WAITED, REBUILT, REBUILD_FAILED, DENIED)
     observes = {k.value: observations(t) for k, t in TRAITS.items() if t.fault}
     return Declaration(policy, tuple(states), tuple(tr), triggers, observes)

@@ -431,6 +431,11 @@ class _Observed:
         self._pending_ended(ok)
         return self._forward(self.turn.rebuilt, ok)
 
+    def deny(self, why: str) -> Action:
+        """The health store refused the attempt: its span ends without an outcome."""
+        self._attempt_ended(None, why)
+        return self._forward(self.turn.deny, why)
+
     def cancel(self) -> Action:
         if self.attempt_span is not None:
             self._attempt_ended(None)
@@ -483,13 +488,16 @@ class _Observed:
         span = self.attempt_span = self._child("fallgate.attempt", self.ins.client, attributes)
         self.attempt_ctx = self.ins.trace.set_span_in_context(span, self.turn_ctx)
 
-    def _attempt_ended(self, outcome: Outcome | None) -> None:
+    def _attempt_ended(self, outcome: Outcome | None, why: str | None = None) -> None:
         span = self.attempt_span
         a = self.attempt
         if span is None or a is None:
             return
         self.attempt_span = self.attempt_ctx = self.attempt = None
-        kind = outcome.kind.value if outcome is not None else OutcomeKind.CANCELLED.value
+        if outcome is not None:
+            kind = outcome.kind.value
+        else:
+            kind = "denied" if why is not None else OutcomeKind.CANCELLED.value
         t = a.target
         self.ins.metrics.attempts.add(
             1,

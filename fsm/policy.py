@@ -14,6 +14,7 @@ back to an SDK's environment defaults.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
@@ -112,6 +113,11 @@ class Credential:
     id: str
     env: str | None = None
     key: Secret | None = None
+    #: The id health is shared under across processes: ``env:NAME`` for a key read from
+    #: the environment, a fingerprint of a literal key (``key:`` + 16 hex digits of a
+    #: salted SHA-256: the same key gets the same id in every process, and the id says
+    #: nothing of the key), else the id.
+    health_id: str = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         ps = _Problems()
@@ -126,6 +132,13 @@ class Credential:
         ):
             ps.add("api_key", self.key, "must be a non-empty string", secret=True)
         ps.raise_if_any()
+        hid = self.id
+        if self.key is not None and self.id != "none":
+            digest = hashlib.sha256(b"fallgate-credential\0" + self.key.reveal().encode())
+            hid = f"key:{digest.hexdigest()[:16]}"
+        elif self.env is not None:
+            hid = f"env:{self.env}"
+        object.__setattr__(self, "health_id", hid)
 
     def resolve(self, target: str = "?") -> str:
         """The key, read now (env vars are read at use time, never cached)."""
@@ -176,8 +189,9 @@ class Target:
     index: int = 0
     #: The state-name prefix: ``primary``, ``fallback_1``, ... (derived from index).
     name: str = attrs.field(init=False, repr=False, eq=False)
-    #: Identity across turns and policies (health store key).
-    key: tuple[str, str, str] = attrs.field(init=False, repr=False, eq=False)
+    #: Identity across turns, policies and processes (the health store's key): the
+    #: backend a request reaches, base_url and model (aliases of one backend share it).
+    key: tuple[str, str] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         ps = _Problems()
@@ -210,7 +224,7 @@ class Target:
         ps.raise_if_any()
         name = "primary" if self.index == 0 else f"fallback_{self.index}"
         object.__setattr__(self, "name", name)
-        object.__setattr__(self, "key", (self.provider, self.base_url or "", self.model))
+        object.__setattr__(self, "key", (self.base_url or f"provider:{self.provider}", self.model))
 
     def same_as(self, other: Target) -> bool:
         """Identical entries (same provider+model, or same base_url+model) are skipped."""
@@ -316,6 +330,52 @@ class Cooldown:
         ps.raise_if_any()
 
 
+@attrs.frozen(slots=True)
+class Breaker:
+    """A circuit breaker per backend, shared through the health store.
+
+    More than `allowed_failures` turns leaving the target with a hard failure within
+    `window` seconds open it (for the `cooldown` span, growing with each reopening); a
+    Retry-After from the server opens it at once. Once the span is over one turn at a
+    time probes it (a lease of one attempt timeout); success closes it. The default
+    tolerates two failed turns a minute, so one 503 does not move an agent's later
+    turns to another model."""
+
+    allowed_failures: int = 2
+    window: float = 60.0
+
+    def __attrs_post_init__(self) -> None:
+        ps = _Problems()
+        if not _is_int(self.allowed_failures) or not 0 <= self.allowed_failures <= 1000:
+            ps.add("allowed_failures", self.allowed_failures, "must be an integer 0..1000")
+        _check_seconds(ps, "window", self.window)
+        ps.raise_if_any()
+
+
+@attrs.frozen(slots=True)
+class RetryBudget:
+    """A retry budget per backend (a token bucket, shared through the health store).
+
+    First attempts are free; each retry on the same target takes one token; each success
+    puts `refill` back, up to `size`. An empty bucket means no retry on this target now
+    (the turn falls back, or fails saying so): while a backend is down, retries stop
+    multiplying its traffic."""
+
+    size: float = 10.0
+    refill: float = 0.2
+    enabled: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        ps = _Problems()
+        if not _is_number(self.size) or not 1 <= self.size <= 1e6:
+            ps.add("size", self.size, "must be a number of tokens between 1 and 1000000")
+        if not _is_number(self.refill) or not 0 <= self.refill <= 1e6:
+            ps.add("refill", self.refill, "must be a number of tokens >= 0")
+        if not isinstance(self.enabled, bool):
+            ps.add("enabled", self.enabled, "must be true or false")
+        ps.raise_if_any()
+
+
 def _check_growth(ps: _Problems, initial: float, multiplier: float, cap: float) -> None:
     """initial * multiplier**n, capped: the shape Backoff and Cooldown share."""
     _check_seconds(ps, "initial", initial)
@@ -362,6 +422,8 @@ class Policy:
     prefer_waiting: bool = False
     continue_streams: bool = False
     cooldown: Cooldown = attrs.field(factory=Cooldown)
+    breaker: Breaker = attrs.field(factory=Breaker)
+    retry_budget: RetryBudget = attrs.field(factory=RetryBudget)
     rules: Mapping[OutcomeKind, Rule] = attrs.field(factory=dict, converter=_rules_converter)
     #: The policy's own provider registry entries (``[providers.<name>]``): they add
     #: to, or replace, the built-in ones of `fsm.registry` for this policy.
@@ -406,6 +468,10 @@ class Policy:
             ps.add("backoff", self.backoff, "must be a Backoff")
         if not isinstance(self.cooldown, Cooldown):
             ps.add("cooldown", self.cooldown, "must be a Cooldown")
+        if not isinstance(self.breaker, Breaker):
+            ps.add("breaker", self.breaker, "must be a Breaker")
+        if not isinstance(self.retry_budget, RetryBudget):
+            ps.add("retry_budget", self.retry_budget, "must be a RetryBudget")
         for kind, rule in self.rules.items():
             _check_rule(ps, kind, rule, self.continue_streams)
         ps.raise_if_any()

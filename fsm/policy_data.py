@@ -22,9 +22,11 @@ from .policy import (
     _MISSING,
     _URL,
     Backoff,
+    Breaker,
     Cooldown,
     Credential,
     Policy,
+    RetryBudget,
     Target,
     _known_list,
     _Problems,
@@ -37,7 +39,6 @@ from .traits import DEFAULT_RULES, FAULT_KINDS, Rule
 __all__ = ["policy_from_dict"]
 
 
-
 def _init_fields(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in attrs.fields(cls) if f.init)
 
@@ -45,7 +46,7 @@ def _init_fields(cls: type) -> tuple[str, ...]:
 # Each field is named once, on its class; the dict shape is derived from them.
 _CREDENTIAL_KEYS = ("key_env", "key_envs", "api_key", "api_keys")
 _TARGET_KEYS = {*_init_fields(Target), *_CREDENTIAL_KEYS} - {"credentials", "index"}
-_NESTED = ("targets", "backoff", "cooldown", "rules", "providers")
+_NESTED = ("targets", "backoff", "cooldown", "breaker", "retry_budget", "rules", "providers")
 _SCALARS = tuple(f for f in _init_fields(Policy) if f not in _NESTED)
 _POLICY_KEYS = {"primary", "fallback_providers", *_init_fields(Policy)}
 _RULE_FIELDS = _init_fields(Rule)
@@ -209,6 +210,8 @@ def policy_from_dict(data: Mapping[str, Any]) -> Policy:
         ]
     backoff = _sub(ps, data, "backoff", Backoff, _init_fields(Backoff))
     cooldown = _sub(ps, data, "cooldown", Cooldown, _init_fields(Cooldown))
+    breaker = _sub(ps, data, "breaker", Breaker, _init_fields(Breaker))
+    retry_budget = _sub(ps, data, "retry_budget", RetryBudget, _init_fields(RetryBudget))
     rules: dict[Any, Rule] = {}
     raw_rules = data.get("rules", {})
     if not isinstance(raw_rules, Mapping):
@@ -238,6 +241,8 @@ def policy_from_dict(data: Mapping[str, Any]) -> Policy:
                 targets=good_targets or [_PLACEHOLDER_TARGET],
                 backoff=backoff,
                 cooldown=cooldown,
+                breaker=breaker,
+                retry_budget=retry_budget,
                 rules=rules,
                 providers=extra,
                 **scalars,
@@ -250,6 +255,8 @@ def policy_from_dict(data: Mapping[str, Any]) -> Policy:
             targets=good_targets,
             backoff=backoff,
             cooldown=cooldown,
+            breaker=breaker,
+            retry_budget=retry_budget,
             rules=rules,
             providers=extra,
             **scalars,

@@ -43,6 +43,7 @@ class Visit:
         "key_not_before",
         "not_before",
         "pool_start",
+        "probe",
         "recovered",
         "rotations",
         "spent",
@@ -62,6 +63,7 @@ class Visit:
         "spent",
         "not_before",
         "key_not_before",
+        "probe",
     )
     NOT_KEYED: Final[dict[str, str]] = {"target": "the chain entry at `index` (keyed by it)"}
 
@@ -77,6 +79,7 @@ class Visit:
         self.spent: set[str] = set()  # keys never to be retried in this turn
         self.not_before = 0.0  # a server's Retry-After on the whole target
         self.key_not_before: dict[str, float] = {}  # per key: Retry-After / bench end
+        self.probe = False  # an attempt on it probed its half-open breaker
 
     def copy(self) -> Visit:
         v = Visit.__new__(Visit)
@@ -91,6 +94,7 @@ class Visit:
         v.spent = self.spent.copy()
         v.not_before = self.not_before
         v.key_not_before = self.key_not_before.copy()
+        v.probe = self.probe
         return v
 
     def __eq__(self, other: object) -> bool:
@@ -117,9 +121,8 @@ class Visit:
             tuple(sorted((c, relative(v, now, horizon)) for c, v in nb.items() if v > now))
             if nb
             else (),
+            self.probe,
         )
-
-
 
 
 #: The visit of a turn that has not entered a target yet. Shared (one allocation less per
@@ -143,10 +146,12 @@ class TurnState:
         "clock",
         "context_floor",
         "decl",
+        "denial",
         "first",
         "health",
         "hook",
         "outcome",
+        "owner",
         "partial",
         "policy",
         "random",
@@ -191,6 +196,8 @@ class TurnState:
         "_events": "the trace so far",
         "total_attempts": "reported, never read by a guard",
         "action": "keyed by the checker as the pending action",
+        "owner": "the turn's id as a probe lease holder; the lease is keyed by the health store",
+        "denial": "why the store refused the pending attempt; read only as words in reasons",
     }
 
     def __init__(
@@ -229,6 +236,8 @@ class TurnState:
         self._next = UNSET
         self._ready_first = UNSET
         self.action: Action | None = None
+        self.owner = ""  # the turn's id as a probe lease holder (made on first use)
+        self.denial: str | None = None  # why the store refused the last attempt
 
     # -- identity ------------------------------------------------------------------------------
     def copy(self, health: HealthStore, clock: Callable[[], float]) -> TurnState:
@@ -260,6 +269,8 @@ class TurnState:
         n._next = self._next
         n._ready_first = self._ready_first
         n.action = self.action
+        n.owner = self.owner
+        n.denial = self.denial
         return n
 
     def key(self, now: float, horizon: float = math.inf, timed: bool = True) -> tuple[Any, ...]:
@@ -312,7 +323,7 @@ class TurnState:
         """When credential `c` of the current target may next be used."""
         v = self.visit
         return max(
-            self.health.credential_until(v.target.key, c.id),  # type: ignore[union-attr]
+            self.health.credential_until(v.target.key, c.health_id),  # type: ignore[union-attr]
             v.key_not_before.get(c.id, 0.0),
         )
 
@@ -330,7 +341,7 @@ class TurnState:
             cid = c.id
             if cid == exclude or cid in v.spent:
                 continue
-            if benched(t.key, cid) <= now and nb.get(cid, 0.0) <= now:
+            if benched(t.key, c.health_id) <= now and nb.get(cid, 0.0) <= now:
                 return c
         return None
 
@@ -352,10 +363,12 @@ class TurnState:
         return best
 
     def target_ready_at(self, j: int) -> float:
-        """When target `j` (any key of it) is next free in the health store."""
+        """When target `j` (any key of it) is next free in the health store: its open
+        span, another turn's probe lease on it, its soonest free key."""
         t = self.policy.targets[j]
-        creds = min(self.health.credential_until(t.key, c.id) for c in t.pool())
-        return max(self.health.target_until(t.key), creds)
+        h = self.health
+        creds = min(h.credential_until(t.key, c.health_id) for c in t.pool())
+        return max(h.target_until(t.key), h.lease_until(t.key, self.owner), creds)
 
     def ineligible(self, j: int, now: float) -> str | None:
         """Why target j cannot be entered now (None if it can)."""
@@ -371,6 +384,8 @@ class TurnState:
                 return f"skipped: context_length {t.context_length} <= {floor}"
         ready = self.target_ready_at(j)
         if ready > now:
+            if self.health.lease_until(t.key, self.owner) == ready:
+                return f"skipped: half-open, another turn is probing it ({ready - now:.1f}s left)"
             return f"skipped: cooling for {ready - now:.1f}s"
         return None
 
@@ -412,13 +427,17 @@ class TurnState:
         """Start a fresh visit of target j."""
         t = self.policy.targets[j]
         start = (
-            self.health.next_round_robin(t.key, len(t.pool())) if t.rotation == "round_robin" else 0
+            self.health.next_round_robin(t.key, len(t.pool()), self.at)
+            if t.rotation == "round_robin"
+            else 0
         )
         self.visit = Visit(j, start, t)
 
     def attempt(self, cred: Credential | None = None) -> Attempt:
-        """The next attempt on the current target (hot path: kept flat)."""
+        """The next attempt on the current target (hot path: kept flat). `cred` is given
+        by a rotation only."""
         v = self.visit
+        rotated = cred is not None
         if cred is None:
             cur = v.credential
             if cur is not None and cur.id not in v.spent and self.key_free_at(cur) <= self.at:
@@ -429,13 +448,18 @@ class TurnState:
         ti = v.index
         if ti not in self.tried:
             self.tried.append(ti)
+        retry = v.attempts > 0 and not rotated  # a rotation is the key's fault: free
         v.attempts += 1
         self.total_attempts = n = self.total_attempts + 1
         self.attempt_started = now = self.at
+        self.denial = None
         p = self.policy
         left = p.deadline - (now - self.started)
         timeout = p.attempt_timeout if p.attempt_timeout <= left else max(0.001, left)
-        return Attempt(p.targets[ti], cred, timeout, n)
+        probe = self.health.half_open(v.target.key, now)  # type: ignore[union-attr]
+        if probe:
+            v.probe = True
+        return Attempt(p.targets[ti], cred, timeout, n, probe, retry)
 
     def rebuild(self) -> Rebuild:
         return Rebuild(self.target)

@@ -52,3 +52,63 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class MemoryBackend:
+    """A `Backend` in this process's memory (thread-safe): for tests, the model checker,
+    and turns of several threads that want the shared store's exact exchange semantics.
+
+    `clock` is the backend's own clock (default: the wall clock), deliberately apart from
+    the turns' clocks: a test can make them disagree."""
+
+    url = "memory://"
+
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        import threading
+        import time
+
+        self._clock = clock if clock is not None else time.time
+        self._lock = threading.Lock()
+        self._data: dict[str, tuple[Record, float]] = {}
+        #: How many `transact` calls were made (round trips, for tests and benches).
+        self.round_trips = 0
+
+    def _live(self, key: str, now: float) -> Record | None:
+        found = self._data.get(key)
+        if found is None:
+            return None
+        if found[1] <= now:
+            del self._data[key]
+            return None
+        return found[0]
+
+    def transact(self, keys: Sequence[str], update: Update, ttl: float) -> tuple[Records, float]:
+        with self._lock:
+            self.round_trips += 1
+            now = self._clock()
+            current = {k: self._live(k, now) for k in keys}
+            snapshot = {k: (dict(r) if r is not None else None) for k, r in current.items()}
+            written = update(snapshot, now)
+            for k, r in written.items():
+                if r is None:
+                    self._data.pop(k, None)
+                    current[k] = None
+                else:
+                    self._data[k] = (dict(r), now + ttl)
+                    current[k] = dict(r)
+            return {k: current.get(k) for k in keys}, now
+
+    def scan(self) -> tuple[Records, float]:
+        with self._lock:
+            now = self._clock()
+            return {k: dict(r) for k in list(self._data) if (r := self._live(k, now))}, now
+
+    def delete(self, prefix: str) -> int:
+        with self._lock:
+            gone = [k for k in self._data if k.startswith(prefix)]
+            for k in gone:
+                del self._data[k]
+            return len(gone)
+
+    def close(self) -> None:
+        pass

@@ -220,5 +220,6 @@ START: Final = "start"  # the host starts the turn
 WAITED: Final = "waited"  # the host finished a Wait
 REBUILT: Final = "rebuilt"  # the host rebuilt a client
 REBUILD_FAILED: Final = "rebuild_failed"  # ... and that failed
+DENIED: Final = "denied"  # the health store refused an attempt (probe lease taken, no retry token)
 SUCCESS: Final = OutcomeKind.SUCCESS.value
 CANCELLED: Final = OutcomeKind.CANCELLED.value

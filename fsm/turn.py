@@ -23,6 +23,7 @@ from .guards import Effect, Guard, Observation
 from .health import HealthStore
 from .machine import (
     CANCELLED,
+    DENIED,
     DONE,
     FAILED,
     IDLE,
@@ -199,6 +200,16 @@ class _TurnBase:
     def rebuilt(self, ok: bool = True) -> Action:
         return self._fire(REBUILT if ok else REBUILD_FAILED, None)
 
+    def deny(self, why: str) -> Action:
+        """The health store refused the pending `Attempt` (`HealthStore.grant`): it was not
+        made. The turn moves on as if its target were not eligible."""
+        s = self.s
+        a = s.action
+        s.denial = why
+        if a is not None and not getattr(a, "retry", False):
+            s.outcome = None  # a refused first attempt or probe: nothing was learnt here
+        return self._fire(DENIED, None)
+
     def cancel(self) -> Action:
         """End the turn in `aborted` (from any non-terminal state)."""
         if self.done:
@@ -208,6 +219,8 @@ class _TurnBase:
 
     def fire(self, trigger: str, outcome: Outcome | None = None) -> Action:
         """Feed any declared trigger by name (used by the checker and tests)."""
+        if trigger == DENIED:
+            return self.deny(self.s.denial or "refused by the health store")
         return self._fire(trigger, outcome)
 
     @property

@@ -104,7 +104,7 @@ def health_slots(
     """Per position in the chain: the target keys and (target key, credential) pairs at
     or after it (the health facts a turn there can still read)."""
     keys = [t.key for t in policy.targets]
-    creds = list(dict.fromkeys((t.key, c.id) for t in policy.targets for c in t.pool()))
+    creds = list(dict.fromkeys((t.key, c.health_id) for t in policy.targets for c in t.pool()))
     hk_targets: list[list[TargetKey]] = []
     hk_creds: list[list[tuple[TargetKey, str]]] = []
     for lo in range(len(keys)):

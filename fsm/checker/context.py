@@ -17,7 +17,7 @@ from ..policy import Credential, Policy, Secret
 #: The prefix of the literal key every credential holds during a check.
 CANARY: Final = "sk-live-CHECK"
 
-TargetKey = tuple[str, str, str]
+TargetKey = tuple[str, str]
 
 
 def default_policy() -> Policy:
@@ -98,6 +98,13 @@ class Context:
     # ids of targets and credentials whose repr was already scanned for secrets: a memo
     # (a repr does not change), never a verdict
     scanned: set[int] = attrs.field(factory=set)
+
+    def health_id(self, j: int, cid: str) -> str:
+        """The health id of credential `cid` of target `j` (what the health store keys)."""
+        for c in self.pools[j]:
+            if c.id == cid:
+                return c.health_id
+        return cid
 
     @classmethod
     def of(cls, policy: Policy, decl: Declaration, bounds: Bounds) -> Context:

@@ -5,7 +5,9 @@ fed to a fresh health store before the first turn; together they cover how a tur
 can find the chain: all free, the primary (or one key of it) cooling briefly, any
 one target cooling for good (pairs with `max_cooling=2`), runs of targets cooling
 for good (the turn starts further down the chain, or a target has no eligible
-fallback left), everything cooling, and the soonest-free target not the first.
+fallback left), everything cooling, and each target the soonest free (not the first).
+A cooling target has its breaker open: once its span is over it is half-open, and the
+turn's attempt on it is a probe.
 """
 
 from __future__ import annotations
@@ -56,11 +58,18 @@ def initial_configurations(
     configs += [cooling(names[: k + 1]) for k in range(1, len(names) - 1)]
     configs += [cooling(names[k:]) for k in range(1, len(names))]
     configs += [cooling(names[1 : k + 1]) for k in range(2, len(names) - 1)]
-    if n > 1:  # the soonest-free target is not the first one
+    if n > 1:  # the soonest-free target is not the first one: each in turn
         configs.append(
             tuple(
                 step(COOL_TARGET, target=t.name, seconds=short if t.index else b.large)
                 for t in targets
             )
         )
+        for k in range(2, n):
+            configs.append(
+                tuple(
+                    step(COOL_TARGET, target=t.name, seconds=short if t.index == k else b.large)
+                    for t in targets
+                )
+            )
     return list(dict.fromkeys(configs))

@@ -18,7 +18,7 @@ from typing import Final
 
 from ..actions import Action, Attempt, Wait
 from ..health import HealthStore
-from ..machine import REBUILD_FAILED, START
+from ..machine import DENIED, REBUILD_FAILED, START
 from ..outcomes import Outcome, OutcomeKind
 from .context import Context
 
@@ -188,9 +188,9 @@ def ready_at(ctx: Context, h: HealthStore, j: int) -> float:
     """When target `j` can next be called: its own cooldown, or its soonest free key."""
     key = ctx.keys[j]
     pool = ctx.pools[j]
-    soonest = h.credential_until(key, pool[0].id)
+    soonest = h.credential_until(key, pool[0].health_id)
     for c in pool[1:]:
-        u = h.credential_until(key, c.id)
+        u = h.credential_until(key, c.health_id)
         if u < soonest:
             soonest = u
     return max(h.target_until(key), soonest)
@@ -230,6 +230,8 @@ def falls_back(ctx: Context, trigger: str, kind: OutcomeKind | None) -> bool:
     p = ctx.policy
     if trigger == REBUILD_FAILED:
         return p.rule(_TRANSPORT).fall_back
+    if trigger == DENIED:  # the store refused the attempt: always moves on
+        return True
     if kind is None or kind is _SUCCESS or kind is _CANCELLED:
         return False
     return p.rule(kind).fall_back

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ..actions import Action, Attempt, Fail, Finish, Rebuild, Wait
-from ..machine import DONE, FAILED, REBUILD_FAILED, START, TERMINALS
+from ..machine import DENIED, DONE, FAILED, REBUILD_FAILED, START, TERMINALS
 from ..outcomes import OutcomeKind
 from ..trace import TraceEvent
 from ..turn import ProtocolError, TurnState
@@ -101,8 +101,7 @@ def fallback_gate(rec: TransitionRecord) -> Finding | None:
             if not falls_back(ctx, rec.trigger, rec.kind):
                 return Finding(
                     "fallback_gate",
-                    f"fell back to {name} on {rec.trigger}, which the policy does not fall "
-                    "back on",
+                    f"fell back to {name} on {rec.trigger}, which the policy does not fall back on",
                 )
             el = eligible(ctx, known, rec.health, rec.now, cur)
             if not el or el[0] != j:
@@ -181,7 +180,7 @@ def honest_waits(rec: TransitionRecord) -> Finding | None:
         if which < 2 and old > rec.then + EPS and new > old + EPS:
             return Finding(
                 "honest_waits",
-                f"a cooldown of {_show_key(k)} still running was extended by "
+                f"a cooldown of {_show_key(k, rec.ctx)} still running was extended by "
                 f"{new - old:g} s (cooldowns never extend themselves)",
             )
     action = rec.action
@@ -209,7 +208,7 @@ def honest_waits(rec: TransitionRecord) -> Finding | None:
         known = rec.known
         late = max(
             h.target_until(key),
-            h.credential_until(key, c),
+            h.credential_until(key, action.credential.health_id),
             known.nb.get((j, c), 0.0),
             known.tnb.get(j, 0.0),
         )
@@ -253,11 +252,13 @@ def bounded_rotation(rec: TransitionRecord) -> Finding | None:
     adds to that target's failure streak. A credential is rotated only after its own
     fault, on a rule that rotates, at most once per other key in the pool."""
     if rec.changes:
-        cur, cred = rec.before.cur, rec.before.cred
+        cur, cid = rec.before.cur, rec.before.cred
         key = rec.ctx.keys[cur] if cur >= 0 else None
+        cred = rec.ctx.health_id(cur, cid) if cid is not None else None
         kind = rec.kind
         trigger = rec.trigger
-        is_outcome = kind is not None and kind is not _CANCELLED
+        # a refused retry leaves the target: the outcome before it is reported then
+        is_outcome = (kind is not None and kind is not _CANCELLED) or trigger == DENIED
         for which, k, _old, new in rec.changes:
             if kind is _SUCCESS:
                 ok = new == 0 and (k == key or k == (key, cred))
@@ -273,8 +274,8 @@ def bounded_rotation(rec: TransitionRecord) -> Finding | None:
                 where = rec.ctx.names[cur] if cur >= 0 else "no target"
                 return Finding(
                     "bounded_rotation",
-                    f"{trigger} on {where}{f' ({cred})' if cred else ''} changed the health "
-                    f"of {_show_key(k)}",
+                    f"{trigger} on {where}{f' ({cid})' if cid else ''} changed the health "
+                    f"of {_show_key(k, rec.ctx)}",
                 )
     action = rec.action
     if not isinstance(action, Attempt):
@@ -336,8 +337,7 @@ def clean_turn_start(rec: TransitionRecord) -> Finding | None:
         if known.expect >= 0 and j != known.expect and known.cur < 0:
             return Finding(
                 "clean_turn_start",
-                f"waited for {ctx.names[known.expect]} at turn start, then called "
-                f"{ctx.names[j]}",
+                f"waited for {ctx.names[known.expect]} at turn start, then called {ctx.names[j]}",
             )
     return None
 
@@ -503,9 +503,12 @@ def _show(a: Action) -> str:
     return type(a).__name__
 
 
-def _show_key(k: Any) -> str:
+def _show_key(k: Any, ctx: Context | None = None) -> str:
     if isinstance(k, tuple) and len(k) == 2 and isinstance(k[1], str) and isinstance(k[0], tuple):
-        return f"credential {k[1]} of {'/'.join(x for x in k[0] if x)}"
+        cid = k[1]
+        for pool in ctx.pools if ctx is not None else ():
+            cid = next((c.id for c in pool if c.health_id == k[1]), cid)
+        return f"credential {cid} of {'/'.join(x for x in k[0] if x)}"
     if isinstance(k, tuple):
         return f"target {'/'.join(str(x) for x in k if x)}"
     return str(k)

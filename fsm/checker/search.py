@@ -13,14 +13,14 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
 from ..actions import Attempt, Rebuild, Wait
 from ..guards import Effect, Guard
 from ..health import HealthStore
-from ..machine import CANCELLED, START, TERMINALS, WAITED, Declaration, declare
+from ..machine import CANCELLED, DENIED, START, TERMINALS, WAITED, Declaration, declare
 from ..policy import Policy
 from ..testing import FakeClock
 from ..turn import ProtocolError, TransitionsTurn, Turn, TurnState, _TurnBase
@@ -52,7 +52,19 @@ from .properties import (
 )
 from .record import Facts, Finding, TransitionRecord, health_changes
 from .report import CheckReport, KeyAuditResult, Violation, describe
-from .steps import KINDS, NEXT_TURN, START_TIME, Executor, Replay, Step, outcome_for, worst_jitter
+from .steps import (
+    KINDS,
+    NEXT_TURN,
+    START_TIME,
+    Executor,
+    Replay,
+    Step,
+    outcome_for,
+    step,
+    worst_jitter,
+)
+
+DENIED_STEP: Final = step(DENIED)
 
 
 class Live:
@@ -387,11 +399,17 @@ class Checker:
                 self._release(live)
                 return []
         h = live.turn.s.health
+        refused: Live | None = None
+        if kind == "A":
+            events, refused = self._granted(live, events)
         pre: Facts = h.facts()
         new: list[int] = []
         last = len(events) - 1
         for i, ev in enumerate(events):
-            child = live if i == last else self._clone(live)
+            if ev == DENIED_STEP and refused is not None:
+                child = refused
+            else:
+                child = live if i == last else self._clone(live)
             self.transitions += 1
             if not self._fire(nid, child, ev, pre):
                 self._release(child)
@@ -403,7 +421,30 @@ class Checker:
                 new.append(cid)
             else:
                 self._release(child)
+        if refused is not None and refused is not live and events[-1] == DENIED_STEP:
+            self._release(live)  # granted: every outcome went to a copy, `denied` to `refused`
         return new
+
+    def _granted(
+        self, live: Live, events: tuple[Step, ...]
+    ) -> tuple[tuple[Step, ...], Live | None]:
+        """As the host does before making an attempt that needs it: ask the health store's
+        grant (the probe lease, a retry token). Refused, the only event is `denied`.
+        Granted, `denied` is explored too, from the store as it was before the grant
+        (returned): a turn of another process may have taken the lease or the last
+        token first, which one turn's store cannot show."""
+        s = live.turn.s
+        a = s.action
+        if not isinstance(a, Attempt) or not (a.probe or a.retry):
+            return events, None
+        other = self._clone(live)
+        other.turn.s.denial = "refused by the health store (another turn came first)"
+        why = s.health.grant(s, a)
+        if why is None:
+            return (*events, DENIED_STEP), other
+        self._release(other)
+        s.denial = why
+        return (DENIED_STEP,), live
 
     # -- one transition, checked --------------------------------------------------------------
     def _fire(self, nid: int, child: Live, ev: Step, pre: Facts) -> bool:

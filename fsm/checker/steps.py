@@ -11,10 +11,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from ..actions import Action, Wait
+from ..actions import Action, Attempt, Wait
 from ..guards import Effect, Guard
 from ..health import HealthStore
-from ..machine import CANCELLED, WAITED, Declaration
+from ..machine import CANCELLED, DENIED, WAITED, Declaration
 from ..outcomes import Outcome, OutcomeKind
 from ..policy import Policy, Target
 from ..testing import FakeClock
@@ -113,6 +113,8 @@ class Replay:
         self.guards = guards
         self.effects = effects
         self.turns: list[_TurnBase] = []
+        self._asked: Action | None = None  # the attempt whose grant was asked for
+        self._refused: str | None = None
 
     def new_turn(self) -> _TurnBase:
         kw: dict[str, Any] = {}
@@ -133,14 +135,14 @@ class Replay:
         if trigger == COOL_TARGET:
             t = self._target(args["target"])
             now = self.clock()
-            self.health.cool_target(t.key, now + float(args["seconds"]), now)
+            self.health.open_target(t.key, now + float(args["seconds"]), now)
             return None
         if trigger == COOL_CREDENTIAL:
             t = self._target(args["target"])
             now = self.clock()
-            self.health.cool_credential(
-                t.key, str(args["credential"]), now + float(args["seconds"]), now
-            )
+            cid = str(args["credential"])
+            hid = next((c.health_id for c in t.pool() if c.id == cid), cid)
+            self.health.cool_credential(t.key, hid, now + float(args["seconds"]), now)
             return None
         if trigger == ADVANCE:
             self.clock.advance(float(args["seconds"]))
@@ -150,6 +152,11 @@ class Replay:
             if trigger == NEXT_TURN:
                 return None
         turn = self.turns[-1]
+        why = self.ask_grant(turn) if trigger != CANCELLED else None
+        if trigger == DENIED:
+            return turn.deny(why or "refused")
+        if why is not None:
+            raise ValueError(f"the health store refused the attempt ({why}): feed {DENIED!r}")
         if trigger == WAITED:
             a = turn.s.action
             if isinstance(a, Wait) and a.seconds > 0 and math.isfinite(a.seconds):
@@ -157,6 +164,17 @@ class Replay:
         elif trigger in KINDS and trigger != CANCELLED and self.attempt_seconds:
             self.clock.advance(self.attempt_seconds)
         return turn.fire(trigger, outcome_for(trigger, args))
+
+    def ask_grant(self, turn: _TurnBase) -> str | None:
+        """As a host does before making an attempt: ask the store's grant (once per
+        attempt); returns why it was refused, or None."""
+        a = turn.s.action
+        if not isinstance(a, Attempt) or not (a.probe or a.retry):
+            return None
+        if self._asked is not a:
+            self._asked = a
+            self._refused = self.health.grant(turn.s, a)
+        return self._refused
 
     def _target(self, name: str) -> Target:
         for t in self.policy.targets:
