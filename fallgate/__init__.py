@@ -13,6 +13,10 @@ The small public surface::
 
     fallgate.enable_otel()                        # OpenTelemetry spans and metrics (fallgate[otel])
 
+    health = fallgate.RedisHealthStore("redis://cache:6379/0")    # a fleet shares health
+    health = fallgate.SQLiteHealthStore("/var/tmp/fallgate.db")   # ... or one host's processes
+    client = fallgate.Fallgate(policy, health=health)
+
 The engine is `fallgate.fsm` (pure, no I/O), everything that talks to a real
 API is `fallgate.providers`, and test aids are in `fallgate.testing`. The
 openai wrappers are imported on first use, so `import fallgate.fsm` never
@@ -36,6 +40,7 @@ from .fsm.policy import Policy
 if TYPE_CHECKING:
     from .fsm.checker import check_policy
     from .providers.openai_adapter import AsyncFallgate, Fallgate
+    from .providers.stores.shared import RedisHealthStore, SQLiteHealthStore
 
 __all__ = [
     "AsyncFallgate",
@@ -45,6 +50,8 @@ __all__ = [
     "OutcomeKind",
     "Policy",
     "PolicyError",
+    "RedisHealthStore",
+    "SQLiteHealthStore",
     "TurnFailed",
     "TurnResult",
     "VirtualClock",
@@ -56,11 +63,14 @@ __all__ = [
     "run",
 ]
 
-#: Loaded on first use: the openai wrappers import the SDK, the checker is large.
+#: Loaded on first use: the openai wrappers import the SDK, the checker is large, the
+#: shared stores are network code (the Redis one needs the optional redis package).
 _LAZY = {
     "Fallgate": ".providers.openai_adapter",
     "AsyncFallgate": ".providers.openai_adapter",
     "check_policy": ".fsm.checker",
+    "SQLiteHealthStore": ".providers.stores.shared",
+    "RedisHealthStore": ".providers.stores.shared",
 }
 
 

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote, unquote
 
+from ..fsm import fleet
 from ..fsm.store import Backend, Record, Records
-
-TARGET, CREDENTIAL = "t", "c"
 
 
 def _num(r: Mapping[str, Any], field: str, default: float = 0.0) -> float:
@@ -30,16 +28,6 @@ def _left(until: float, now: float) -> float:
 def target_name(base_url: str, model: str) -> str:
     """How a backend is named on the command line: ``MODEL@BASE_URL``."""
     return f"{model}@{base_url}"
-
-
-def parse_key(key: str) -> tuple[str, str, str, str | None] | None:
-    """(kind, base_url, model, credential id) of a record key, None for another key."""
-    parts = key.split("|")
-    if parts[0] == TARGET and len(parts) == 3:
-        return TARGET, unquote(parts[1]), unquote(parts[2]), None
-    if parts[0] == CREDENTIAL and len(parts) == 4:
-        return CREDENTIAL, unquote(parts[1]), unquote(parts[2]), unquote(parts[3])
-    return None
 
 
 def breaker_state(r: Record, now: float) -> str:
@@ -75,13 +63,13 @@ def report(backend: Backend) -> dict[str, Any]:
 
     other = 0
     for key, record in sorted(records.items()):
-        parsed = parse_key(key)
+        parsed = fleet.parse_key(key)
         if parsed is None or record is None:
             other += 1
             continue
-        kind, base_url, model, cred = parsed
+        (base_url, model), cred = parsed
         out = row(base_url, model)
-        if kind == CREDENTIAL:
+        if cred is not None:
             until = _num(record, "until")
             out["credentials"].append(
                 {
@@ -153,20 +141,16 @@ def matching(data: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return exact or [t for t in targets if t["model"] == name]
 
 
-def _part(text: str) -> str:
-    return quote(text, safe=":/@")
-
-
 def target_key(base_url: str, model: str) -> str:
-    """The record key of a backend (as `fsm.fleet.target_key` makes it)."""
-    return f"{TARGET}|{_part(base_url)}|{_part(model)}"
+    """The record key of a backend."""
+    return fleet.target_key((base_url, model))
 
 
 def reset(backend: Backend, base_url: str, model: str) -> int:
     """Forget one backend's record and its credentials'; returns how many records went.
     (The target record is deleted by its exact key: a prefix would also hit another
     model whose name extends this one's.)"""
-    key = target_key(base_url, model)
+    key = fleet.target_key((base_url, model))
     seen: list[bool] = [False]
 
     def forget(records: Records, now: float) -> Records:
@@ -174,5 +158,5 @@ def reset(backend: Backend, base_url: str, model: str) -> int:
         return {key: None}
 
     backend.transact([key], forget, ttl=1.0)
-    creds = f"{CREDENTIAL}|{_part(base_url)}|{_part(model)}|"
+    creds = fleet.credential_key((base_url, model), "")  # every key of this backend
     return int(seen[0]) + backend.delete(creds)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fallgate.fsm import fleet
 from fallgate.fsm.store import Backend, Records
 from fallgate.providers import health_report
 from fallgate.providers.cli import main
@@ -20,8 +21,8 @@ from fallgate.providers.stores import open_backend
 BASE = "http://127.0.0.1:9/v1"
 PRIMARY = health_report.target_key(BASE, "glm-5.1")
 LONGER = health_report.target_key(BASE, "glm-5.1-air")  # its name extends the primary's
-KEY_A = f"c|{BASE}|glm-5.1|env:KEY_A"
-KEY_B = f"c|{BASE}|glm-5.1|sha256:1f2e3d4c"
+KEY_A = fleet.credential_key((BASE, "glm-5.1"), "env:KEY_A")
+KEY_B = fleet.credential_key((BASE, "glm-5.1"), "sha256:1f2e3d4c")
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

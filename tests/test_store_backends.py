@@ -2,8 +2,8 @@
 read-modify-write of records, expiry after a ttl, prefix deletion, a scan, and
 `StoreUnavailable` (naming the store, never its password) when they cannot be reached.
 
-Every backend runs the same scenarios; the shared ones (SQLite, Redis) also run them
-across real processes, against a real SQLite file and a real `redis-server`.
+Every backend (in-memory, SQLite, Redis) runs the same scenarios; the shared ones also
+run them across real processes, against a real SQLite file and a real `redis-server`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fallgate.fsm.store import Backend, Records, StoreUnavailable
+from fallgate.fsm.store import Backend, MemoryBackend, Records, StoreUnavailable
 from fallgate.providers.redis_server import RedisServer
 from fallgate.providers.stores import SQLiteBackend, open_backend
 from fallgate.providers.stores.redis import RedisBackend
@@ -24,11 +24,14 @@ from fallgate.providers.stores.redis import RedisBackend
 Factory = Callable[[], Backend]
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Factory]]:
+def _store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Factory]]:
     """(url, a factory of clients of one store): each client is a separate backend
-    object, as separate processes would hold."""
+    object, as separate processes would hold (the in-memory backend: the one object)."""
     opened: list[Backend] = []
+    if request.param == "memory":
+        memory = MemoryBackend()
+        yield memory.url, lambda: memory
+        return
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'health.db'}"
     else:
@@ -43,6 +46,17 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str,
     yield url, make
     for backend in opened:
         backend.close()
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Factory]]:
+    yield from _store(request, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Factory]]:
+    """A store that several processes share (a URL each can open)."""
+    yield from _store(request, tmp_path)
 
 
 def increment(key: str) -> Callable[[Records, float], Records]:
@@ -184,9 +198,9 @@ backend.close()
 """
 
 
-def test_processes_sharing_the_store_lose_no_increment(store) -> None:
+def test_processes_sharing_the_store_lose_no_increment(shared_store) -> None:
     """N real processes x M increments through `transact` leave exactly N*M."""
-    url, make = store
+    url, make = shared_store
     procs = [
         subprocess.Popen([sys.executable, "-c", WORKER, url, "150"], stderr=subprocess.PIPE)
         for _ in range(6)
