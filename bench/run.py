@@ -5,8 +5,9 @@
     python -m bench --only core,checker
     python -m bench --only hermes   # hermes-agent alone / with fallgate (make bench-hermes)
 
-bench.json holds exactly the keys of issue 6 (and ``hermes`` when that section runs:
-it needs the hermes venv, so it is not in the default run); everything else (fsm.run and the
+bench.json holds exactly the keys of issue 6 plus ``fleet`` and ``storm`` (and ``hermes``
+when that section runs: it needs the hermes venv, so it is not in the default run); everything
+else (fsm.run and the
 `transitions` executor, per-model request counts, each round) goes to
 build/bench-details.json, and the Markdown tables to build/bench.md.
 """
@@ -23,9 +24,9 @@ from typing import Any
 
 from .timing import median_ratio
 
-SECTIONS = ("core", "faults", "throughput", "checker", "otel", "hermes")
+SECTIONS = ("core", "faults", "throughput", "checker", "otel", "fleet", "storm", "hermes")
 #: What runs without --only (hermes needs its own venv: `make bench-hermes`).
-DEFAULT_SECTIONS = ("core", "faults", "throughput", "checker", "otel")
+DEFAULT_SECTIONS = ("core", "faults", "throughput", "checker", "otel", "fleet", "storm")
 
 GOALS = {
     "core_happy": "fallgate happy turn <= tenacity happy path",
@@ -33,6 +34,9 @@ GOALS = {
     "faults": "every scenario within 1.1 x oracle + 50 ms",
     "throughput": "fallgate wall time <= 1.05 x bare SDK",
     "checker": "default policy checked (completely) in < 5 s",
+    "fleet": "shared stores: primary requests in its cooldown <= 1 (per-process: one each)",
+    "storm": "fallgate: <= 1.1 requests per turn to a primary that answers 503",
+    "redis_overhead": "client CPU per turn with the Redis store <= 1.10 x bare SDK",
 }
 
 
@@ -109,6 +113,24 @@ def run(
         ot = otel.measure(quick=quick, log=log)
         result["otel"] = ot
         details["otel"] = ot
+    if "fleet" in sections:
+        from . import fleet
+
+        fl = fleet.measure(quick=quick, log=log)
+        result["fleet"] = _public(fl)
+        if fl.get("overhead"):
+            result["fleet"]["overhead"] = _public(fl["overhead"])
+        details["fleet"] = fl
+    if "storm" in sections:
+        from . import storm
+
+        turns, conc = (40, 20) if quick else (1000, 100)
+        systems = ("fallgate", "openai SDK (max_retries=2)") if quick else storm.SYSTEMS
+        log(f"retry storm (primary 503 to everything, no fallback; {turns} turns at "
+            f"concurrency {conc}) ...")
+        st = storm.measure(turns=turns, concurrency=conc, systems=systems, log=log)
+        result["storm"] = {**st, "systems": [_public(r) for r in st["systems"]]}
+        details["storm"] = st
     if "hermes" in sections:
         from . import hermes, scenarios
 
@@ -165,6 +187,19 @@ def goals(result: dict[str, Any], details: dict[str, Any] | None = None) -> dict
     if k:
         complete = (details or {}).get("checker", {}).get("_complete", True)
         out["checker"] = bool(complete) and k["seconds"] < 5.0
+    fl = result.get("fleet")
+    if fl:
+        shared = [v for name, v in fl["stores"].items() if name != "per-process"]
+        out["fleet"] = all(
+            v["primary_requests_in_cooldown"] <= 1 and v["failed_turns"] == 0 for v in shared
+        )
+        if fl.get("overhead"):
+            out["redis_overhead"] = fl["overhead"]["redis_ratio"] <= 1.10
+    st = result.get("storm")
+    if st:
+        fg = [r for r in st["systems"] if r["system"] == "fallgate"]
+        if fg:
+            out["storm"] = fg[0]["requests_per_turn"] <= 1.1
     return out
 
 
@@ -265,6 +300,7 @@ def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
             f"| {o['core_ratio']:.2f}x |",
             "",
         ]
+    lines += _fleet_tables(result)
     h = result.get("hermes")
     if h:
         from .hermes import table as hermes_table
@@ -278,6 +314,63 @@ def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
         lines += [f"| {GOALS[name]} | {'yes' if ok else '**no**'} |" for name, ok in g.items()]
         lines.append("")
     return "\n".join(lines)
+
+
+def _fleet_tables(result: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    fl = result.get("fleet")
+    if fl:
+        lines += [
+            f"**Fleet health** ({fl['workers']} worker processes x {fl['turns_per_worker']} "
+            f"turns; the primary answers 429 Retry-After {fl['cooldown_seconds']:g} for "
+            f"{fl['cooldown_seconds']:g} s, the fallback is healthy)",
+            "",
+            "| health store | requests to the primary in its cooldown | answered by the "
+            "fallback | failed turns |",
+            "|---|---:|---:|---:|",
+        ]
+        total = fl["workers"] * fl["turns_per_worker"]
+        for name, v in fl["stores"].items():
+            label = {"per-process": "per process (in-memory)", "sqlite": "`SQLiteHealthStore`",
+                     "redis": "`RedisHealthStore`"}.get(name, name)
+            lines.append(
+                f"| {label} | {v['primary_requests_in_cooldown']} "
+                f"| {v['answered_by_fallback']}/{total} | {v['failed_turns']} |"
+            )
+        if fl["redis"] != "measured":
+            lines.append(f"| `RedisHealthStore` | {fl['redis']} | | |")
+        lines.append("")
+        o = fl.get("overhead")
+        if o:
+            lines += [
+                "**Health store overhead** (client CPU per happy turn: one attempt, real SDK "
+                "over loopback HTTP; best round, one process)",
+                "",
+                "| system | CPU ms/turn | / bare SDK |",
+                "|---|---:|---:|",
+                f"| bare `openai.OpenAI` | {o['bare_sdk_cpu_ms_per_turn']:.3f} | 1.00x |",
+                f"| `Fallgate`, in-memory store | {o['fallgate_memory_cpu_ms_per_turn']:.3f} "
+                f"| {o['memory_ratio']:.2f}x |",
+                f"| `Fallgate`, `RedisHealthStore` | {o['fallgate_redis_cpu_ms_per_turn']:.3f} "
+                f"| {o['redis_ratio']:.2f}x |",
+                "",
+            ]
+    st = result.get("storm")
+    if st:
+        lines += [
+            f"**Retry storm** (the primary answers 503 to everything, no fallback; "
+            f"{st['turns']} turns at concurrency {st['concurrency']})",
+            "",
+            "| system | requests to the primary | per turn | seconds |",
+            "|---|---:|---:|---:|",
+        ]
+        for r in st["systems"]:
+            lines.append(
+                f"| {r['system']} | {r['requests']} | {r['requests_per_turn']:.2f} "
+                f"| {r['seconds']:.1f} |"
+            )
+        lines.append("")
+    return lines
 
 
 def _f(v: Any, digits: int = 1) -> str:

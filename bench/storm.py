@@ -20,7 +20,9 @@ from typing import Any
 from .scenarios import PRIMARY, WARMUP
 
 SYSTEMS = ("fallgate", "tenacity + SDK", "openai SDK (max_retries=2)", "LiteLLM Router")
-SCRIPT = {"models": {PRIMARY: [{"kind": "status", "status": 503}] * 1_000_000}}
+#: more steps than any system sends in a run (tenacity: 6 a turn); the default answers
+#: the warm-up model
+SCRIPT = {"models": {PRIMARY: [{"kind": "status", "status": 503}] * 10_000}}
 
 
 def _client(system: str, base_url: str, turns: int, concurrency: int) -> dict[str, Any]:
@@ -74,6 +76,8 @@ def measure(
                 raise RuntimeError(f"storm worker {system} failed: {err[-800:]}")
             res = json.loads(out.strip().splitlines()[-1])
             requests = srv.count(PRIMARY)
+            if requests >= len(SCRIPT["models"][PRIMARY]):
+                raise RuntimeError(f"{system}: the script's 503s ran out ({requests} requests)")
             row = {
                 "system": system,
                 "turns": turns,

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 KEYS = {
@@ -43,6 +45,7 @@ KEYS = {
 FAULT_KEYS = {"scenario", "system", "seconds", "requests", "answered", "oracle_seconds"}
 
 
+@pytest.mark.timeout(300)  # seven sections, a dozen processes: ~2 min on a busy 2-core machine
 def test_quick_bench_writes_every_key_of_bench_json(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
@@ -55,7 +58,7 @@ def test_quick_bench_writes_every_key_of_bench_json(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(out.read_text())
 
-    assert set(data) == {"core", "faults", "throughput", "checker", "otel"}
+    assert set(data) == {"core", "faults", "throughput", "checker", "otel", "fleet", "storm"}
     for section, keys in KEYS.items():
         assert set(data[section]) == keys, section
     for key in KEYS["core"]:
@@ -81,6 +84,21 @@ def test_quick_bench_writes_every_key_of_bench_json(tmp_path: Path) -> None:
     ot = data["otel"]
     assert all(v > 0 for v in ot.values()), ot
 
+    fl = data["fleet"]
+    assert set(fl["stores"]) >= {"per-process", "sqlite"}
+    for store in fl["stores"].values():
+        # every turn answered by the fallback, the primary reached at least once
+        assert store["answered_by_fallback"] == fl["workers"] * fl["turns_per_worker"]
+        assert store["primary_requests_in_cooldown"] >= 1
+    assert fl["stores"]["per-process"]["primary_requests_in_cooldown"] == fl["workers"]
+    if fl["overhead"] is not None:
+        assert all(v > 0 for v in fl["overhead"].values()), fl["overhead"]
+
+    st = data["storm"]
+    assert {r["system"] for r in st["systems"]} == {"fallgate", "openai SDK (max_retries=2)"}
+    sdk = next(r for r in st["systems"] if r["system"] != "fallgate")
+    assert sdk["requests"] == 3 * st["turns"]  # the SDK's own 2 retries on every turn
+
     # the table printed for the README names every section
     for heading in (
         "Core overhead",
@@ -88,6 +106,8 @@ def test_quick_bench_writes_every_key_of_bench_json(tmp_path: Path) -> None:
         "Throughput",
         "Checker",
         "OpenTelemetry overhead",
+        "Fleet health",
+        "Retry storm",
     ):
         assert heading in proc.stdout
     details = json.loads((tmp_path / "bench-details.json").read_text())
