@@ -203,8 +203,12 @@ def release(r: Record, owner: str) -> Record:
 
 
 def acquire(r: Record, now: float, owner: str, lease: float) -> Record | None:
-    """Take (or renew) the probe lease; None when another turn holds it."""
-    if not probe_free(r, now, owner):
+    """Take (or renew) the probe lease; None when another turn holds it or the breaker
+    is open again (a probe that failed meanwhile). A breaker closed meanwhile needs no
+    probe: the attempt goes out as any other."""
+    if count(r, "opens") == 0:
+        return r
+    if num(r, "until") > now or not probe_free(r, now, owner):
         return None
     out = dict(r)
     out["lease"] = now + lease
