@@ -186,10 +186,15 @@ class HealthStore:
         policy: Policy,
         retry_after: float | None = None,
         owner: str = "",
+        at_once: bool = False,
     ) -> Record:
         """A turn left `target` with a hard failure (`fsm.fleet.fail`); returns the record."""
+
+        def report(r: Record, t: float) -> Record:
+            return fleet.fail(r, t, policy, retry_after, owner, at_once)
+
         with self._lock:
-            r = self._apply(target, lambda r, t: fleet.fail(r, t, policy, retry_after, owner), now)
+            r = self._apply(target, report, now)
         assert r is not None
         return r
 
