@@ -34,6 +34,7 @@ from .guards import RESET_STREAK, SOONEST_IS, observation_text
 from .machine import (
     ABORTED,
     CANCELLED,
+    DENIED,
     DONE,
     FAILED,
     IDLE,
@@ -152,7 +153,8 @@ def _guard_text(t: Transition, policy: Policy) -> str:
 
 
 def _fallback_kinds(policy: Policy) -> frozenset[str]:
-    return frozenset(k.value for k in FAULT_KINDS if policy.rule(k).fall_back)
+    """The triggers that fall back: the faults the policy lets, and a refused attempt."""
+    return frozenset(k.value for k in FAULT_KINDS if policy.rule(k).fall_back) | {DENIED}
 
 
 def _trigger_list(triggers: Sequence[str], alias: frozenset[str]) -> str:
@@ -342,7 +344,10 @@ def _graph(decl: Declaration, trace: Iterable[TraceEvent] | None, title: str | N
     legend = []
     if len(alias) > 2:
         kinds = ", ".join(k.value for k in FAULT_KINDS if k.value in alias)
-        legend.append(f"{FALLBACK_ALIAS} = {kinds} (the faults this policy lets fall back)")
+        legend.append(
+            f"{FALLBACK_ALIAS} = {kinds}, {DENIED} (the faults this policy lets fall back, and "
+            "an attempt the health store refused: probe lease taken, no retry token)"
+        )
     legend.append(f"{DONE} and {FAILED} are drawn once per target")
     legend.append(f"{CANCELLED} leads to {ABORTED} from every running state")
     if summarised:

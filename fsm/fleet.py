@@ -133,13 +133,21 @@ def tokens(r: Record, size: float) -> float:
 # -- reports (pure: a new record from the old one) ----------------------------------------------
 
 
-def fail(r: Record, now: float, policy: Policy, retry_after: float | None, owner: str) -> Record:
+def fail(
+    r: Record,
+    now: float,
+    policy: Policy,
+    retry_after: float | None,
+    owner: str,
+    at_once: bool = False,
+) -> Record:
     """A turn left the target with a hard failure.
 
     A running open span is never extended (reports from turns already in flight when it
     opened change nothing). The probe owner's failure reopens the breaker for a longer
-    span; a Retry-After opens it for that long; otherwise the failure is counted, and the
-    breaker opens once more than ``allowed_failures`` fall within ``window`` seconds."""
+    span; a Retry-After opens it for that long, and a failure that is enough on its own
+    (`at_once`: a model not found) for the first span; otherwise the failure is counted,
+    and the breaker opens once more than ``allowed_failures`` fall within ``window``."""
     out = dict(r)
     until = num(r, "until")
     opens = count(r, "opens")
@@ -150,7 +158,7 @@ def fail(r: Record, now: float, policy: Policy, retry_after: float | None, owner
         if r.get("owner") != owner or num(r, "lease") <= 0:
             return r
         return _open(out, now, policy, opens + 1, retry_after)
-    if retry_after is not None:
+    if retry_after is not None or at_once:
         return _open(out, now, policy, 1, retry_after)
     since = num(r, "since")
     fails = count(r, "fails")
@@ -203,8 +211,12 @@ def release(r: Record, owner: str) -> Record:
 
 
 def acquire(r: Record, now: float, owner: str, lease: float) -> Record | None:
-    """Take (or renew) the probe lease; None when another turn holds it."""
-    if not probe_free(r, now, owner):
+    """Take (or renew) the probe lease; None when another turn holds it or the breaker
+    is open again (a probe that failed meanwhile). A breaker closed meanwhile needs no
+    probe: the attempt goes out as any other."""
+    if count(r, "opens") == 0:
+        return r
+    if num(r, "until") > now or not probe_free(r, now, owner):
         return None
     out = dict(r)
     out["lease"] = now + lease

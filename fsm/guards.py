@@ -47,7 +47,7 @@ class _Words(dict[str, str]):
         if isinstance(value, Backoff):
             return f"backoff ≤{_num(value.cap)}s"
         if isinstance(value, RetryBudget):
-            return f"retry budget of {_num(value.size)}" if value.enabled else "retry budget (off)"
+            return f"a retry token (of {_num(value.size)})" if value.enabled else "(no budget)"
         if name in _SECONDS:
             return f"{_num(value)}s"
         return _num(value) if isinstance(value, int | float) else str(value)
@@ -280,7 +280,7 @@ def _soonest_is(s: TurnState, arg: int) -> bool:
     return best == arg
 
 
-_FLEET = "a token left in the {retry_budget}, not a probe"
+_FLEET = "{retry_budget} left, not probing"
 TRANSPORT_RETRY: Final = Guard(
     "transport_retry",
     _transport_retry,
@@ -335,7 +335,8 @@ def leave(s: TurnState) -> None:
     t = s.target
     s.reasons[t.name] = (v.attempts, o) if s.denial is None or o is not None else s.denial
     if o is not None and TRAITS[o.kind].level is Level.TARGET and s.policy.rule(o.kind).cooldown:
-        s.health.failed(t.key, s.at, s.policy, o.retry_after, s.owner)
+        at_once = TRAITS[o.kind].opens_breaker
+        s.health.failed(t.key, s.at, s.policy, o.retry_after, s.owner, at_once)
     if v.probe:  # whatever the probe showed is reported: the lease goes back
         s.health.released(t.key, s.owner, s.at)
     for j, why in s._skips.items():

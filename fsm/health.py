@@ -63,6 +63,8 @@ def grant_update(policy: Policy, probe: bool, retry: bool, owner: str) -> Update
 
     def take(r: Record, now: float) -> Record | None:
         out: Record | None = r
+        if retry and fleet.num(r, "until") > now:
+            return None  # another turn's report opened the breaker meanwhile
         if probe:
             out = fleet.acquire(r, now, owner, policy.attempt_timeout)
         if retry and out is not None:
@@ -74,6 +76,8 @@ def grant_update(policy: Policy, probe: bool, retry: bool, owner: str) -> Update
 
 def refusal(a: Attempt, r: Record, now: float, owner: str) -> str:
     """Why the store refused attempt `a` (its target's record `r` as the grant saw it)."""
+    if fleet.num(r, "until") > now:
+        return f"{a.target.name}'s breaker opened again ({fleet.num(r, 'until') - now:.1f}s left)"
     if a.probe and not fleet.probe_free(r, now, owner):
         return f"{a.target.name} is half-open and another turn is probing it"
     return f"the retry budget of {a.target.name} is empty"
@@ -182,10 +186,15 @@ class HealthStore:
         policy: Policy,
         retry_after: float | None = None,
         owner: str = "",
+        at_once: bool = False,
     ) -> Record:
         """A turn left `target` with a hard failure (`fsm.fleet.fail`); returns the record."""
+
+        def report(r: Record, t: float) -> Record:
+            return fleet.fail(r, t, policy, retry_after, owner, at_once)
+
         with self._lock:
-            r = self._apply(target, lambda r, t: fleet.fail(r, t, policy, retry_after, owner), now)
+            r = self._apply(target, report, now)
         assert r is not None
         return r
 

@@ -53,17 +53,16 @@ class _Stores:
 
 
 def _target_labels(key: Any, scope: str) -> tuple[tuple[str, Any], ...]:
-    """A health-store target key ((provider, base_url, model)) as metric attributes."""
-    if isinstance(key, tuple) and len(key) == 3 and all(isinstance(p, str) for p in key):
-        provider, base_url, model = key
+    """A health-store target key ((base_url, model): the backend) as metric attributes."""
+    if isinstance(key, tuple) and len(key) == 2 and all(isinstance(p, str) for p in key):
+        base_url, model = key
         host = ""
-        if base_url:
+        if base_url.startswith(("http://", "https://")):
             try:
                 host = urlsplit(base_url).hostname or ""
             except ValueError:
                 host = ""
         return (
-            ("gen_ai.provider.name", provider),
             ("gen_ai.request.model", model),
             ("server.address", host),
             ("fallgate.cooldown.scope", scope),

@@ -82,6 +82,9 @@ class Traits:
     `bench_span`: for credential-level kinds, the bench length without Retry-After.
     `not_before`: a Retry-After on this kind holds the whole target back.
     `narrows_context`: later targets must have a larger context_length.
+    `opens_breaker`: one such failure opens the target's circuit breaker at once (a
+    model that is not there will not be there in a second); other hard failures count
+    toward `breaker.allowed_failures`.
     `retry_afters`: the checker feeds this kind with each of these values.
     """
 
@@ -96,6 +99,7 @@ class Traits:
     bench_span: BenchSpan | None = None
     not_before: bool = False
     narrows_context: bool = False
+    opens_breaker: bool = False
     default: Rule = Rule()
     retry_afters: tuple[RetryAfter, ...] = (RetryAfter.ABSENT,)
     examples: str = ""
@@ -162,6 +166,7 @@ _ROWS: Final = (
     Traits(
         _K.NOT_FOUND,
         Level.TARGET,
+        opens_breaker=True,
         default=Rule(fall_back=True, cooldown=True),
         examples="404 model, 400 unknown model",
     ),

@@ -49,9 +49,10 @@ def test_a_rate_limit_on_a_fallback_never_benches_the_primarys_keys():
     )
     assert played.targets == ["primary", "fallback_1", "fallback_2"]
     # Exactly one credential is benched: fallback_1's only key, for its Retry-After.
-    assert health.snapshot()["credentials"] == {(p.targets[1].key, "key#1"): clock() + 100.0}
-    assert health.credential_until(p.targets[1].key, "key#1") == clock() + 100.0
-    assert health.credential_until(p.targets[0].key, "key#1") == 0.0
+    fb_key = p.targets[1].credentials[0].health_id
+    assert health.snapshot()["credentials"] == {(p.targets[1].key, fb_key): clock() + 100.0}
+    assert health.credential_until(p.targets[1].key, fb_key) == clock() + 100.0
+    assert health.credential_until(p.targets[0].key, p.targets[0].credentials[0].health_id) == 0.0
 
 
 def test_the_primary_is_restored_at_every_turn_start_once_its_cooldown_ends():
@@ -68,9 +69,9 @@ def test_the_primary_is_restored_at_every_turn_start_once_its_cooldown_ends():
 
 def test_a_cooldown_never_extends_itself_while_active():
     h = HealthStore()
-    assert h.cool_target("t", 110.0, now=100.0) == 110.0
-    assert h.cool_target("t", 500.0, now=105.0) == 110.0  # still active: unchanged
-    assert h.cool_target("t", 500.0, now=111.0) == 500.0  # expired: a fresh cooldown
+    assert h.open_target("t", 110.0, now=100.0) == 110.0
+    assert h.open_target("t", 500.0, now=105.0) == 110.0  # still active: unchanged
+    assert h.open_target("t", 500.0, now=111.0) == 500.0  # expired: a fresh cooldown
     assert h.cool_credential("t", "k", 50.0, now=0.0) == 50.0
     assert h.cool_credential("t", "k", 90.0, now=10.0) == 50.0
 

@@ -333,7 +333,7 @@ def test_a_cooldown_one_process_learns_is_honoured_by_another_whose_clock_disagr
     the backend's is a third. A 503 Retry-After 20 seen by A benches the primary for B
     for those 20 s, in B's own clock."""
     policy = chain("m0", "m1")
-    backend, _, a, b = shared_pair()
+    _, _, a, b = shared_pair()
     ca, cb = VirtualClock(), VirtualClock()
     cb.advance(777)
     calls: list[str] = []
@@ -437,7 +437,7 @@ def test_the_probe_lease_is_fleet_wide():
     """Two processes' stores: the first takes the probe lease on the backend; the second,
     whose replica also shows the target half-open, is refused and moves on."""
     policy = chain("m0", "m1")
-    backend, wall, a, b = shared_pair()
+    _, wall, a, b = shared_pair()
     clock = VirtualClock()
     a.open_target(policy.targets[0].key, clock.now() + 5, clock.now())
     a.end(Turn(policy, health=a, clock=clock.now).s)  # written to the backend
@@ -456,7 +456,7 @@ def test_the_probe_lease_is_fleet_wide():
 
 
 def test_a_shared_store_takes_only_a_backend():
-    with pytest.raises(TypeError, match="fsm.store.Backend"):
+    with pytest.raises(TypeError, match=r"fsm\.store\.Backend"):
         SharedHealthStore(object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="ttl"):
         SharedHealthStore(MemoryBackend(), ttl=0)

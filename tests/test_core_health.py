@@ -40,7 +40,7 @@ def test_many_threads_running_turns_on_one_store_all_end_and_attribute_cooldowns
     creds = snap["credentials"]
     assert isinstance(creds, dict)
     # only the primary's two keys are benched; the fallback that answered is not
-    assert {c for (_, c) in creds} == {"key#1", "key#2"}
+    assert {c for (_, c) in creds} == {c.health_id for c in policy.targets[0].credentials}
     assert all(t == policy.targets[0].key for (t, _) in creds)
     # once benched, later turns go straight to the fallback: far fewer than 3 calls per turn
     assert len(calls) < 2 * 200
@@ -80,7 +80,8 @@ def test_turns_given_no_store_share_the_named_process_wide_default():
     run(first, call, clock=clock)
     assert models == ["m0", "m1"]
     cooling = fallgate.fsm.health.DEFAULT.snapshot()["credentials"]
-    assert cooling == {(first.targets[0].key, "key#1"): clock.now() + 60}
+    key1 = first.targets[0].credentials[0].health_id
+    assert cooling == {(first.targets[0].key, key1): clock.now() + 60}
     assert run(second, call, clock=clock).model == "m1"
     assert models == ["m0", "m1", "m1"]  # the second caller skipped the cooling primary
 
@@ -99,5 +100,6 @@ def test_a_turn_given_its_own_store_neither_reads_nor_writes_the_default():
     own = HealthStore()
     assert run(chain("m0", "m1"), call, health=own, clock=clock).model == "m1"
     assert calls == ["m0", "m1", "m0", "m1"]  # the default's cooldown did not apply
-    primary = chain("m0", "m1").targets[0].key
-    assert own.snapshot()["credentials"] == {(primary, "key#1"): clock.now() + 60}
+    primary = chain("m0", "m1").targets[0]
+    key1 = primary.credentials[0].health_id
+    assert own.snapshot()["credentials"] == {(primary.key, key1): clock.now() + 60}

@@ -68,7 +68,7 @@ def test_triggers_between_the_same_two_states_collapse_into_one_edge_with_guards
     edges = re.findall(r"^\s+s_primary --> s_primary_transport_backoff : (.*)$", text, re.M)
     assert edges == [
         "transport<br/>[streak #lt; 2, attempts #lt; 3, not recovered, "
-        "backoff ≤8s fits the 120s deadline]"
+        "backoff ≤8s fits the 120s deadline, a retry token (of 10) left, not probing]"
     ]
     # one edge per (source, dest) pair, never two
     pairs = re.findall(r"^\s+(\S+) --> (\S+) :", text, re.M)
@@ -317,12 +317,12 @@ def test_the_overview_follows_the_policy():
     solo = overview.to_mermaid_overview(declare(chain("only")))
     assert "s_fallback" not in solo and "each fallback" not in solo
     assert 'g_0 -->|"success"| s_done' in solo
-    # nothing falls back: a fallback is entered only at turn start, so that edge is drawn
+    # no fault falls back: the only trigger left on the edge to the fallback is an attempt
+    # the health store refused
     kinds = ("transport", "rate_limited", "quota", "overloaded", "auth", "not_found")
     stay = chain("a", "b", rules={k: {"fall_back": False} for k in (*kinds, "context_too_long")})
     text = overview.to_mermaid_overview(declare(stay))
-    assert 's_idle -->|"start<br/>[first not cooling =<br/>fallback_1]"| s_fallback_1' in text
-    assert "g_0 -->" in text and "g_0 --> s_fallback_1" not in text
+    assert 'g_0 -->|"denied<br/>[next eligible target]"| s_fallback_1' in text
 
 
 def test_the_overview_ids_are_safe_and_it_never_shows_a_key():

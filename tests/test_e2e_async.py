@@ -52,7 +52,16 @@ def test_200_concurrent_turns_all_end_correctly_and_leave_nothing_open() -> None
     ]
     script = {"models": {"a": [{"kind": "drop"}] * (2 * TURNS), "b": b_steps}}
     with FaultServer(script) as srv:
-        policy = chain("a", "b", server=srv, max_attempts=1, attempt_timeout=20)
+        # no retry budget: this is about concurrency, and every turn is to use its recovery
+        policy = chain(
+            "a",
+            "b",
+            server=srv,
+            max_attempts=1,
+            attempt_timeout=20,
+            retry_budget={"enabled": False},
+            breaker={"allowed_failures": 1000},
+        )
 
         async def main() -> tuple[list[TurnResult | BaseException], dict[str, object]]:
             async with AsyncFallgate(policy) as gate:
