@@ -192,13 +192,13 @@ def test_kill_9_of_the_worker_probing_a_half_open_primary_frees_its_lease_after_
     time.sleep(0.6)  # its open span is over: half-open
     prober.send()  # the probe: the primary hangs
     deadline = time.monotonic() + 5
-    while lease_holder(shared_url) is None:
+    # the lease is taken just before the probe's request leaves: wait for both
+    while lease_holder(shared_url) is None or fault_server.count(PRIMARY) < 2:
         assert time.monotonic() < deadline, "no probe lease was taken"
         time.sleep(0.02)
     leased_at = time.monotonic()
     os.kill(prober.proc.pid, signal.SIGKILL)
     prober.proc.wait()
-    assert fault_server.count(PRIMARY) == 2
     # while the dead worker's lease runs, the other does not probe: it falls back
     assert other.turn()["model"] == FALLBACK
     assert fault_server.count(PRIMARY) == 2
