@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gc
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -200,36 +199,24 @@ def measure_overhead(quick: bool = False, log: Any = None) -> dict[str, Any] | N
             "bare_sdk": lambda: bare.chat.completions.create(model=PRIMARY, messages=MESSAGES),
             **{name: via(g) for name, g in gates.items()},
         }
-        best, kernel = _cpu_rounds(systems, number, rounds)
+        best = _cpu_rounds(systems, number, rounds)
         for g in gates.values():
             g.close()
         bare.close()
         shared.backend.close()
     out = {f"{k}_cpu_ms_per_turn": round(v * 1e3, 4) for k, v in best.items()}
-    out.update({f"_{k}_kernel_ms_per_turn": round(v * 1e3, 4) for k, v in kernel.items()})
     out["redis_ratio"] = round(best["fallgate_redis"] / best["bare_sdk"], 3)
     out["memory_ratio"] = round(best["fallgate_memory"] / best["bare_sdk"], 3)
     if log is not None:
-        log("  " + ", ".join(f"{k} {v}" for k, v in out.items() if not k.startswith("_")))
-        log("  of which kernel (ms): " + ", ".join(
-            f"{k[1:-len('_kernel_ms_per_turn')]} {v}" for k, v in out.items() if k.startswith("_")
-        ))
+        log("  " + ", ".join(f"{k} {v}" for k, v in out.items()))
     return out
-
-
-def _cpu() -> tuple[float, float]:
-    """(user, system) CPU seconds of this process so far."""
-    u = resource.getrusage(resource.RUSAGE_SELF)
-    return u.ru_utime, u.ru_stime
 
 
 def _cpu_rounds(
     systems: dict[str, Callable[[], object]], number: int, rounds: int
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Best CPU seconds per call of each system over interleaved rounds, and the kernel
-    (system) share of that best round."""
+) -> dict[str, float]:
+    """Best CPU seconds per call of each system over interleaved rounds."""
     best = {name: float("inf") for name in systems}
-    kernel = dict.fromkeys(systems, 0.0)
     for f in systems.values():
         for _ in range(max(3, number // 10)):
             f()
@@ -238,15 +225,12 @@ def _cpu_rounds(
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
             f = systems[name]
-            u0, s0 = _cpu()
+            t0 = time.process_time()
             for _ in range(number):
                 f()
-            u1, s1 = _cpu()
-            total = (u1 - u0 + s1 - s0) / number
-            if total < best[name]:
-                best[name], kernel[name] = total, (s1 - s0) / number
+            best[name] = min(best[name], (time.process_time() - t0) / number)
             gc.collect()
-    return best, kernel
+    return best
 
 
 def measure(quick: bool = False, log: Any = None) -> dict[str, Any]:
