@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
@@ -67,6 +67,8 @@ return {1, now[1], now[2], unpack(current, 1, n)}
 #: How many conflicts in a row before a transact gives up (another writer is racing on
 #: every try: far beyond any real contention on a handful of health records).
 _MAX_TRIES = 64
+
+T = TypeVar("T")
 
 _CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
@@ -199,7 +201,7 @@ class RedisBackend:
     def _keys(self, pattern: str) -> Iterator[str]:
         yield from self._client.scan_iter(match=pattern, count=500)
 
-    def _guard(self, run: Any) -> Any:
+    def _guard(self, run: Callable[[], T]) -> T:
         """`run()`, with connection errors as `StoreUnavailable` (URL without password)."""
         if time.monotonic() < self._down_until:
             raise StoreUnavailable(f"{self.url}: unreachable (retrying shortly)")
