@@ -301,7 +301,7 @@ class HealthStore:
             out.append(min(fleet.count(r, "opens"), saturation))
             fails = fleet.count(r, "fails")
             out.append(fails)
-            out.append(r.get("since", 0.0) if fails else None)  # window: absolute
+            out.append(round(now - fleet.num(r, "since"), 6) if fails else None)  # its age
             lease = fleet.num(r, "lease")
             out.append((relative(lease, now, horizon), r.get("owner")) if lease > now else None)
             out.append(r.get("tokens"))

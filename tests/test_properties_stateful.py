@@ -212,10 +212,12 @@ class RawPathologicalRetryAfter(TurnsOnOneHealthStore):
         ra = s.outcome.retry_after if s.outcome is not None else None
         assert ra is None or (math.isfinite(ra) and 0.0 <= ra <= MAX_RETRY_AFTER), ra
         snap = s.health.snapshot()
-        for table in ("targets", "credentials"):
-            until = snap[table]
-            assert isinstance(until, dict)
-            assert all(math.isfinite(t) for t in until.values()), (table, until)
+        targets, creds = snap["targets"], snap["credentials"]
+        assert isinstance(targets, dict) and isinstance(creds, dict)
+        times = [
+            v for r in targets.values() for f, v in r.items() if f in ("until", "since", "lease")
+        ]
+        assert all(math.isfinite(t) for t in [*times, *creds.values()]), (targets, creds)
 
 
 TestTurnsOnOneHealthStore = TurnsOnOneHealthStore.TestCase

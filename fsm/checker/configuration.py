@@ -127,7 +127,7 @@ def health_class(c: Checker, h: HealthStore, now: float) -> tuple[Any, ...]:
     k = h.key(now, targets, creds, c.long, c.sat, c.sizes)
     n = len(targets) + len(creds)
     running = tuple(0 if v == 0 else (2 if v == math.inf else 1) for v in k[:n])
-    return running + k[n:]
+    return running + tuple(_holder(x, "") for x in k[n:])
 
 
 def key(c: Checker, live: Live) -> tuple[Any, ...]:
@@ -179,5 +179,13 @@ def key(c: Checker, live: Live) -> tuple[Any, ...]:
         o.since_wait,
         o.expect,
     )
-    hk = health_key(c, s.health, now, lo)
+    hk = tuple(_holder(x, s.owner) for x in health_key(c, s.health, now, lo))
     return (ak, time_k, s.key(now, long, timed), mine, hk)
+
+
+def _holder(x: Any, owner: str) -> Any:
+    """A probe lease in a health key, its holder as "this turn" or "another" (holder ids
+    are unique per turn: two runs of one search number them differently)."""
+    if isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], str):
+        return (x[0], "mine" if x[1] == owner else "other")
+    return x
