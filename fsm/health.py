@@ -20,7 +20,8 @@ when the cooldown began).
 The host loops (`fsm.host`) call `grant` before each attempt (unless the store is quiet):
 a half-open target's probe takes the probe lease, a retry takes a retry token, and an
 attempt on a breaker that opened since it was decided is refused. That is where two turns
-that both decided to probe, or to spend the last token, are told apart atomically. `begin` and `end` bracket a turn: no-ops here, the shared store's exchanges.
+that both decided to probe, or to spend the last token, are told apart atomically.
+`begin` and `end` bracket a turn: no-ops here, the shared store's exchanges.
 """
 
 from __future__ import annotations
