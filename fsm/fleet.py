@@ -210,6 +210,16 @@ def release(r: Record, owner: str) -> Record:
     return out
 
 
+#: How much longer than an attempt's timeout a probe lease lasts (the prober's report).
+LEASE_GRACE: Final = 1.0
+
+
+def lease_for(policy: Policy) -> float:
+    """A probe lease lasts one attempt timeout (a probe cannot be in flight longer) and
+    `LEASE_GRACE`; then another turn may probe (the prober crashed)."""
+    return policy.attempt_timeout + LEASE_GRACE
+
+
 def acquire(r: Record, now: float, owner: str, lease: float) -> Record | None:
     """Take (or renew) the probe lease; None when another turn holds it or the breaker
     is open again (a probe that failed meanwhile). A breaker closed meanwhile needs no

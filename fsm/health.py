@@ -17,10 +17,11 @@ Cooldowns never extend themselves: while one is active, a new failure report for
 key leaves its end where it is (such reports come from turns that were already in flight
 when the cooldown began).
 
-The host loops (`fsm.host`) call `grant` before each attempt that needs the store's leave
-(a half-open target's probe takes the probe lease; a retry takes a retry token): that is
-where two turns that both decided to probe, or to spend the last token, are told apart
-atomically. `begin` and `end` bracket a turn: no-ops here, the shared store's exchanges.
+The host loops (`fsm.host`) call `grant` before each attempt (unless the store is quiet):
+a half-open target's probe takes the probe lease, a retry takes a retry token, and an
+attempt on a breaker that opened since it was decided is refused. That is where two turns
+that both decided to probe, or to spend the last token, are told apart atomically.
+`begin` and `end` bracket a turn: no-ops here, the shared store's exchanges.
 """
 
 from __future__ import annotations
@@ -59,14 +60,18 @@ _CLEAR: Final = _clear
 
 
 def grant_update(policy: Policy, probe: bool, retry: bool, owner: str) -> Update:
-    """The check-and-take of one attempt's grant: the probe lease, a retry token."""
+    """The check-and-take of one attempt's grant: refused while the target's breaker is
+    open (another turn's report opened it after this attempt was decided), or half-open
+    unless the attempt is its probe; a probe takes the lease, a retry a token."""
 
     def take(r: Record, now: float) -> Record | None:
         out: Record | None = r
-        if retry and fleet.num(r, "until") > now:
-            return None  # another turn's report opened the breaker meanwhile
+        if fleet.num(r, "until") > now:
+            return None
+        if not probe and fleet.count(r, "opens") > 0:
+            return None  # half-open: only its probe may call it
         if probe:
-            out = fleet.acquire(r, now, owner, policy.attempt_timeout)
+            out = fleet.acquire(r, now, owner, fleet.lease_for(policy))
         if retry and out is not None:
             out = fleet.spend(out, policy)
         return out
@@ -77,7 +82,9 @@ def grant_update(policy: Policy, probe: bool, retry: bool, owner: str) -> Update
 def refusal(a: Attempt, r: Record, now: float, owner: str) -> str:
     """Why the store refused attempt `a` (its target's record `r` as the grant saw it)."""
     if fleet.num(r, "until") > now:
-        return f"{a.target.name}'s breaker opened again ({fleet.num(r, 'until') - now:.1f}s left)"
+        return f"{a.target.name}'s breaker opened ({fleet.num(r, 'until') - now:.1f}s left)"
+    if not a.probe and fleet.count(r, "opens") > 0:
+        return f"{a.target.name} is half-open: only its probe may call it"
     if a.probe and not fleet.probe_free(r, now, owner):
         return f"{a.target.name} is half-open and another turn is probing it"
     return f"the retry budget of {a.target.name} is empty"
@@ -234,9 +241,9 @@ class HealthStore:
 
     def grant(self, s: TurnState, a: Attempt) -> str | None:
         """Let attempt `a` go out, atomically: a probe takes the target's lease, a retry
-        takes a token. Returns why not (the host then feeds ``denied``), or None."""
-        if not (a.probe or a.retry):
-            return None
+        takes a token; refused on a breaker opened since the attempt was decided. Returns
+        why not (the host then feeds ``denied``), or None. The host asks for every attempt
+        unless the store is `quiet` (then only probes and retries can need it)."""
         fn = self.permit(s, a)
         key = a.target.key
         now = s.clock()

@@ -24,9 +24,10 @@ KeyboardInterrupt (and asyncio cancellation) while the loop runs, or closing
 the generator before its end, cancel the turn (it ends `aborted`, recorded in
 its trace) and propagate.
 
-Before an Attempt that needs it (a half-open target's probe, a retry), the loop asks the
-turn's health store for its grant (`HealthStore.grant`: the probe lease, a retry token,
-taken atomically); refused, it feeds ``denied`` and the turn moves on. A shared store
+Before an Attempt the loop asks the turn's health store for its grant (`HealthStore.grant`:
+the probe lease for a half-open target's probe, a token for a retry, taken atomically; no
+attempt on a breaker that opened since; skipped while the store is quiet and the attempt
+is neither); refused, it feeds ``denied`` and the turn moves on. A shared store
 (`fsm.shared.SharedHealthStore`, ``shared = True``) is asked before every attempt (its one
 exchange with the backend: what the turn reported goes out, the records it needs come
 back), once before the turn starts and once after it ends; the asyncio loop runs those
@@ -87,7 +88,7 @@ def host_loop(
     try:
         while True:
             if type(action) is Attempt:
-                if shared or action.probe or action.retry:
+                if shared or action.probe or action.retry or not health.quiet():
                     why = health.grant(s, action)
                     if why is not None:
                         action = turn.deny(why)
@@ -141,7 +142,7 @@ async def ahost_loop(
     try:
         while True:
             if type(action) is Attempt:
-                if shared or action.probe or action.retry:
+                if shared or action.probe or action.retry or not health.quiet():
                     why = (
                         await asyncio.to_thread(health.grant, s, action)
                         if shared

@@ -113,11 +113,10 @@ class SharedHealthStore(HealthStore):
         self._exchange(s, _chain_keys(s), None, None)
 
     def grant(self, s: TurnState, a: Attempt) -> str | None:
-        needs = a.probe or a.retry
-        if not needs and a.number == 1 and not self.pending():
+        if not (a.probe or a.retry) and a.number == 1 and not self.pending():
             return None  # `begin` has just read the chain: nothing to write or take
         key = fleet.target_key(a.target.key)
-        fn = self.permit(s, a) if needs else None
+        fn = self.permit(s, a)
         granted = self._exchange(s, _chain_keys(s), key, fn)
         if granted is None:  # unreachable: the replica decides, as a local store would
             return super().grant(s, a)

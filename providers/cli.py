@@ -237,11 +237,13 @@ def _emit(out: str | bytes, path: str | None) -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
-def check_main(path: str | None, as_json: bool) -> int:
+def check_main(path: str | None, as_json: bool, turns: int = 1) -> int:
     """Model-check a policy file (None: the default policy) and print the report: 0
     when every property holds, 1 when one is broken (or the search was cut short), 2
-    when the policy is invalid (one line on stderr)."""
+    when the policy is invalid (one line on stderr). `turns` >= 2 also explores that
+    many concurrent turns on one shared health store, every interleaving."""
     from ..fsm.checker import check_policy
+    from ..fsm.checker.fleet import check_fleet
 
     try:
         policy = default_policy() if path is None else Policy.from_toml(path)
@@ -250,18 +252,28 @@ def check_main(path: str | None, as_json: bool) -> int:
         print(f"{PROG} check: {text}", file=sys.stderr)
         return USAGE
     report = check_policy(policy)
+    fleet = check_fleet(policy, turns=turns) if turns >= 2 else None
     if as_json:
-        print(json.dumps(report.to_json()))
+        data = report.to_json()
+        if fleet is not None:
+            data["fleet"] = fleet.to_json()
+        print(json.dumps(data))
     else:
         print(f"{PROG} check: {path or 'the default policy'}")
         print(report.text())
-    return OK if report.ok else FAILED
+        if fleet is not None:
+            print(fleet.text())
+    ok = report.ok and (fleet is None or fleet.ok)
+    return OK if ok else FAILED
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     if args.policy is not None:
         load_policy(args.policy)  # clear errors for a missing or invalid file, first
-    return check_main(args.policy, args.json)
+    if not 1 <= args.turns <= 4:
+        print(f"{PROG} check: --turns must be 1..4, got {args.turns}", file=sys.stderr)
+        return USAGE
+    return check_main(args.policy, args.json, args.turns)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -489,7 +501,11 @@ def build_parser() -> argparse.ArgumentParser:
             "bounded; a turn starts clean; a committed stream is never replayed; no\n"
             "secret ever leaks; what executes is what is declared. Prints the states\n"
             "explored and each property held, or the shortest outcome sequence that\n"
-            "breaks one. (docs/design.md states each property and how it is checked.)"
+            "breaks one. With --turns N (2..4) it also runs N concurrent turns on one\n"
+            "shared health store, every interleaving, and checks the fleet properties:\n"
+            "one half-open probe in flight per target, no retry beyond the retry\n"
+            "budget, no target unprobeable beyond its bound (nor lost for good).\n"
+            "(docs/design.md states each property and how it is checked.)"
         ),
         epilog=(
             "exit status:\n"
@@ -501,6 +517,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("policy", nargs="?", metavar="POLICY.toml", help="policy file (TOML)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--turns",
+        type=int,
+        default=1,
+        metavar="N",
+        help="also explore N (2..4) concurrent turns on one shared health store",
+    )
     p.set_defaults(run=cmd_check)
 
     p = sub.add_parser(

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import chain
-
 from fallgate.fsm import fleet
 from fallgate.fsm.checker.fleet import FLEET_PROPERTIES, check_fleet, replay_fleet
 from fallgate.fsm.health import HealthStore
 from fallgate.fsm.policy import Policy
 from fallgate.fsm.store import Record
+
+from helpers import chain
 
 SMALL = chain("m0", "m1", max_attempts=2)
 
@@ -48,7 +48,7 @@ class LeaseIgnored(HealthStore):
         def take(r: Record, now: float) -> Record | None:
             out = dict(r)
             if a.probe:
-                out["lease"], out["owner"] = now + policy.attempt_timeout, self.owner(s)
+                out["lease"], out["owner"] = now + fleet.lease_for(policy), self.owner(s)
             if a.retry:
                 return fleet.spend(out, policy)
             return out
@@ -83,7 +83,7 @@ class EndlessBudget(HealthStore):
         policy, owner = s.policy, self.owner(s) if a.probe else ""
 
         def take(r: Record, now: float) -> Record | None:
-            out = fleet.acquire(r, now, owner, policy.attempt_timeout) if a.probe else dict(r)
+            out = fleet.acquire(r, now, owner, fleet.lease_for(policy)) if a.probe else dict(r)
             if out is not None and a.retry:
                 out["tokens"] = fleet.tokens(out, policy.retry_budget.size) - 1
             return out

@@ -327,6 +327,23 @@ def test_check_exits_0_when_every_property_holds_and_says_1_key(capsys, tmp_path
     assert "bounds: <= 1 attempt and " in out
 
 
+def test_check_with_turns_explores_concurrent_turns_and_reports_the_fleet_properties(
+    capsys, tmp_path
+):
+    small = tmp_path / "p.toml"
+    small.write_text(SMALL_POLICY.replace("max_attempts = 1", "max_attempts = 2"))
+    code, out, _ = run(capsys, "check", str(small), "--turns", "2")
+    assert code == 0
+    assert "2 concurrent turns on one shared health store, every interleaving" in out
+    for prop in ("one_probe_in_flight", "retry_budget", "probe_within_bound"):
+        assert f"  {prop}: holds" in out
+    assert re.search(r"\d+ configurations, \d+ transitions, [\d.]+ s", out)
+    code, out, _ = run(capsys, "check", str(small), "--turns", "2", "--json")
+    assert code == 0 and json.loads(out)["fleet"]["properties"]["one_probe_in_flight"] == "holds"
+    code, _, err = run(capsys, "check", str(small), "--turns", "9")
+    assert code == 2 and "--turns must be 1..4" in err
+
+
 def test_check_exits_1_when_a_property_is_broken(capsys, tmp_path, monkeypatch):
     # A real broken machine: a fallback index that goes stale after transport recovery
     # (tests/test_checker_broken.py), checked through the command line.

@@ -46,7 +46,7 @@ from ..turn import Turn
 from .context import Bounds, with_canaries
 from .steps import START_TIME, worst_jitter
 
-__all__ = ["FLEET_PROPERTIES", "FleetReport", "check_fleet", "replay_fleet"]
+__all__ = ["FLEET_PROPERTIES", "OUTCOMES", "FleetReport", "FleetRun", "check_fleet", "replay_fleet"]
 
 #: The properties judged on every interleaved transition.
 FLEET_PROPERTIES: Final = (
@@ -66,7 +66,14 @@ _OUTCOMES: Final = {
     "success": Outcome(OutcomeKind.SUCCESS, status=200, value="answer"),
     "overloaded": Outcome(OutcomeKind.OVERLOADED, status=503, detail="overloaded"),
     "transport": Outcome(OutcomeKind.TRANSPORT, detail="connection reset"),
+    "overloaded_retry_after": Outcome(
+        OutcomeKind.OVERLOADED, status=503, retry_after=5.0, detail="overloaded"
+    ),
+    "rate_limited": Outcome(OutcomeKind.RATE_LIMITED, status=429, retry_after=1.0, detail="429"),
+    "not_found": Outcome(OutcomeKind.NOT_FOUND, status=404, detail="no such model"),
 }
+#: Every outcome `check_fleet` and the fuzzers can feed.
+OUTCOMES: Final = tuple(_OUTCOMES)
 
 
 @attrs.frozen
@@ -186,7 +193,7 @@ class _Fleet:
         self.keys = tuple(dict.fromkeys(t.key for t in p.targets))
         self.creds = tuple(dict.fromkeys((t.key, c.health_id) for t in p.targets for c in t.pool()))
         # the longest a breaker can stay unprobeable: its longest open span, then one lease
-        self.bound = max(p.cooldown.cap, p.retry_after_cap) + p.attempt_timeout
+        self.bound = max(p.cooldown.cap, p.retry_after_cap) + fleet.lease_for(p)
         # elapsed time is keyed only when the deadline can bind: when it is shorter than
         # the most a turn can wait (a wait per retry and one at turn start, each capped)
         longest = max(p.backoff.cap, p.retry_after_cap)
@@ -346,12 +353,13 @@ class _Fleet:
                 a = t.s.action
                 assert isinstance(a, Attempt)
                 half_open = h.half_open(a.target.key, c.clock.t)
-                why = h.grant(t.s, a) if (a.probe or a.retry) else None
+                why = h.grant(t.s, a)
                 if why is not None:
                     action = t.deny(why)
                 else:
                     c.inflight[i] = True
                     c.probing[i] = half_open  # it goes out while the breaker is half-open
+                    c.wait_end[i] = c.clock.t + a.timeout  # it is back by then, at the latest
                     now = c.clock.t
                     until = h.target_until(a.target.key)
                     if (a.probe or a.retry) and until > now + 1e-9:
@@ -514,6 +522,57 @@ def check_fleet(
     if unknown:
         raise ValueError(f"outcomes: unknown {unknown} (choose from {', '.join(_OUTCOMES)})")
     return _Fleet(policy, turns, health_factory, outcomes, max_states).run()
+
+
+class FleetRun:
+    """Concurrent turns on one store driven step by step by a caller (the property
+    fuzzers), judged by the same checks as `check_fleet`: `moves()` lists what may happen
+    next, `step(move)` does it, `advance(seconds)` lets time pass, `violations` is what
+    broke so far."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        turns: int,
+        health: HealthStore,
+        outcomes: Sequence[str] = OUTCOMES,
+    ) -> None:
+        self._f = _Fleet(policy, turns, lambda: health, outcomes, 1)
+        self.config = c = _Config(
+            health, FakeClock(START_TIME), [None] * turns, [False] * turns, [0.0] * turns, {}
+        )
+        for k in self._f.keys:
+            c.ledger[k] = health.retry_tokens(k, self._f.policy)
+        self.steps = 0
+
+    def moves(self) -> list[Move]:
+        """What may happen next; a finished turn's slot starts a new turn."""
+        c = self.config
+        out = self._f.moves(c)
+        out += [(i, START) for i, t in enumerate(c.turns) if t is not None and t.done]
+        return out
+
+    def step(self, move: Move) -> None:
+        i, what = move
+        c = self.config
+        if what == START and c.turns[i] is not None:
+            c.turns[i] = None  # the slot's last turn ended: its host starts another
+        self._f.step(self.steps, c, move)
+        self._f.check_probes(self.steps, c, move)
+        self.steps += 1
+        if all(t is not None and t.done for t in c.turns):
+            self._f.after_all(self.steps, c)
+
+    def advance(self, seconds: float) -> None:
+        """Let up to `seconds` pass: no further than the end of an attempt in flight (its
+        timeout bounds it; a longer one would have come back as a timeout)."""
+        c = self.config
+        ends = [c.wait_end[i] for i, out in enumerate(c.inflight) if out]
+        c.clock.t = min([c.clock.t + seconds, *ends]) if ends else c.clock.t + seconds
+
+    @property
+    def violations(self) -> dict[str, str]:
+        return {p: why for p, (why, _, _) in self._f.violations.items()}
 
 
 def replay_fleet(
