@@ -244,8 +244,10 @@ class HealthStore:
         takes a token; refused on a breaker opened since the attempt was decided. Returns
         why not (the host then feeds ``denied``), or None. The host asks for every attempt
         unless the store is `quiet` (then only probes and retries can need it)."""
-        fn = self.permit(s, a)
         key = a.target.key
+        if not a.retry and key not in self._targets:
+            return None  # nothing known of it: closed, and a first attempt takes nothing
+        fn = self.permit(s, a)
         now = s.clock()
         with self._lock:
             old = self._targets.get(key, _EMPTY)
@@ -292,11 +294,15 @@ class HealthStore:
         horizon: float = math.inf,
         saturation: int = 1 << 30,
         sizes: Mapping[Any, int] | None = None,
+        tokens: tuple[float, float] = (math.inf, math.inf),
+        window: float = math.inf,
     ) -> tuple[Any, ...]:
         """Canonical identity of the facts about `targets` and `credentials` that can steer a
         turn: open spans, leases and failure windows as seconds left (inf beyond
         `horizon`), openings (equal once at `saturation`, where the span stops growing),
-        failures in the window, the lease holder, retry tokens, round-robin positions."""
+        failures in the window, the lease holder, retry tokens (a bucket's `tokens` =
+        (size, cap): counts from `cap` up are one value), round-robin positions. A failure
+        window older than `window` seconds is over (as if empty)."""
         targets = tuple(targets)
         out: list[Any] = []
         for k in targets:
@@ -307,11 +313,14 @@ class HealthStore:
             r = self._targets.get(k, _EMPTY)
             out.append(min(fleet.count(r, "opens"), saturation))
             fails = fleet.count(r, "fails")
-            out.append(fails)
-            out.append(round(now - fleet.num(r, "since"), 6) if fails else None)  # its age
+            age = round(now - fleet.num(r, "since"), 6)
+            if fails and age <= window:  # a failure window over counts nothing any more
+                out.append((fails, age))
+            else:
+                out.append(None)
             lease = fleet.num(r, "lease")
             out.append((relative(lease, now, horizon), r.get("owner")) if lease > now else None)
-            out.append(r.get("tokens"))
+            out.append(min(fleet.tokens(r, tokens[0]), tokens[1]))
             n = r.get("rr")
             out.append(None if n is None else int(n) % (sizes or {}).get(k, 1 << 30))
         return tuple(out)
