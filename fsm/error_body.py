@@ -248,7 +248,7 @@ PHRASES: Final[tuple[tuple[re.Pattern[str], OutcomeKind, str], ...]] = tuple(
         (r"content management policy", _K.CONTENT_FILTERED, "content management policy"),
         # the model is not there
         (
-            r"model\W{0,3}[\w./:@-]*\W{0,3} (?:does not exist|not found)",
+            r"model\W{0,3}[\w./:@-]{0,120}\W{0,3} (?:does not exist|not found)",
             _K.NOT_FOUND,
             "model not found",
         ),
