@@ -150,3 +150,13 @@ def test_a_deeply_nested_or_huge_body_is_read_without_error():
     assert read("[" * 100_000) is None
     big = read(json.dumps(err(message="model " * 20_000 + "x does not exist")))
     assert big is None  # the wording lies beyond the 8 KiB that are read
+
+
+def test_a_balance_error_is_quota_in_any_client_status():
+    """Issue 14 met billing errors as 400 and 412 too; the status does not matter once
+    the body names a spent balance (a code, or the words)."""
+    for status in (400, 402, 403, 409, 412, 422, 429):
+        by_words = classify_status(status, None, err(message="Insufficient Balance"))
+        by_code = classify_status(status, None, err(code="insufficient_balance", message="x"))
+        assert by_code.kind is K.QUOTA, status
+        assert by_words.kind is K.QUOTA, status
