@@ -216,3 +216,13 @@ def test_a_context_overflow_in_llama_cpp_words_goes_to_the_larger_window(
         result = gate.run(messages=MSG)
     assert result.value.choices[0].message.content == "from the big window"
     assert srv.counts == {"local": 1, "big": 1}
+
+
+def test_the_docs_state_the_catalogues_size():
+    """README and docs/providers.md say how many bodies the catalogue holds: kept true."""
+    root = Path(__file__).parent.parent
+    n = len(CATALOGUE)
+    assert f"holds {n} error bodies" in (root / "docs" / "providers.md").read_text("utf-8")
+    readme = (root / "README.md").read_text("utf-8")
+    assert f"catalogue of {n} real error bodies" in readme
+    assert f"against the {n} bodies of the catalogue" in readme
