@@ -98,8 +98,13 @@ def test_the_move_back_is_declared_only_where_the_chain_allows_one():
 
 @pytest.mark.parametrize(
     "models",
-    [("p@8192", "u1", "k2@32768"), ("p@8192", "u1", "k2@32768", "u3"), ("p@8192", "u1")],
-    ids=["gap", "gap-and-tail", "primary-only"],
+    [
+        ("p@8192", "u1", "k2@32768"),
+        ("p@8192", "u1", "k2@32768", "u3"),
+        ("p@8192", "u1"),
+        ("p", "u1@8192", "u2", "k3@32768"),
+    ],
+    ids=["gap", "gap-and-tail", "primary-only", "unknown-primary"],
 )
 def test_every_property_holds_with_unknown_context_lengths(models):
     """The checker explores every outcome sequence of these chains: the fallback gate
