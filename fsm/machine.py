@@ -224,17 +224,16 @@ class Declaration:
         that the checker catches deliberately broken machines)."""
         g = guards or {}
         e = effects or {}
-        return attrs.evolve(
-            self,
-            transitions=tuple(
-                attrs.evolve(  # type: ignore[misc]
-                    t,
-                    guard=g.get(t.guard, t.guard) if t.guard is not None else None,
-                    effect=e.get(t.effect, t.effect),
+
+        def swap(t: Declared) -> Declared:
+            if isinstance(t, FanOut):
+                return attrs.evolve(
+                    t, guard=g.get(t.guard, t.guard), effect=e.get(t.effect, t.effect)
                 )
-                for t in self.transitions
-            ),
-        )
+            guard = g.get(t.guard, t.guard) if t.guard is not None else None
+            return attrs.evolve(t, guard=guard, effect=e.get(t.effect, t.effect))
+
+        return attrs.evolve(self, transitions=tuple(swap(t) for t in self.transitions))
 
 
 def declare(policy: Policy) -> Declaration:

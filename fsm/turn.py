@@ -132,7 +132,7 @@ def _picked(pick: Callable[[TurnState], int]) -> Callable[[TurnState, int], bool
 
 
 def _candidates(t: Transition | FanOut) -> list[Candidate]:
-    if type(t) is FanOut:
+    if isinstance(t, FanOut):
         pick = pick_of(t.guard)
         if pick is not None:  # one candidate for the whole fan-out: ask the pick once
             return [(_picked(pick), t.first, t, t.effect.run)]
