@@ -12,6 +12,7 @@ source are injected.
 
 from __future__ import annotations
 
+import functools
 import random as _random
 import threading
 from collections.abc import Callable, Mapping
@@ -122,6 +123,7 @@ Candidate = tuple[
 Compiled = dict[tuple[str, str], tuple[tuple[Observer, ...], tuple[Candidate, ...]]]
 
 
+@functools.cache  # one per pick, shared by every fan-out of its guard
 def _picked(pick: Callable[[TurnState], int]) -> Callable[[TurnState, int], bool]:
     """A fan-out's check: does its guard pick one of its targets (`first` on)?"""
 
