@@ -145,7 +145,7 @@ class FanOut:
 
     Listed one by one, the fall-back edges give each target an edge to every later
     one, per fault kind: n²/2 of them for a chain of n (4 million objects and 13 s
-    for 1,000 targets). As a fan-out each is one object; `dests` (every target's
+    for 1,000 targets, before). As a fan-out each is one object; `dests` (every target's
     state of one phase) is shared by all fan-outs of that phase."""
 
     trigger: str
