@@ -378,6 +378,9 @@ class Cooldown:
         ps.raise_if_any()
 
 
+_MAX_MULTIPLIER = 1000
+
+
 def _check_growth(ps: _Problems, initial: float, multiplier: float, cap: float) -> None:
     """initial * multiplier**n, capped: the shape Backoff and Cooldown share."""
     n = len(ps.items)
@@ -387,9 +390,6 @@ def _check_growth(ps: _Problems, initial: float, multiplier: float, cap: float) 
     _check_seconds(ps, "cap", cap)
     if len(ps.items) == n and cap < initial:
         ps.add("cap", cap, f"must be >= initial ({initial})")
-
-
-_MAX_MULTIPLIER = 1000
 
 
 def _check_seconds(ps: _Problems, name: str, v: object, positive: bool = False) -> None:
@@ -558,6 +558,7 @@ _TOO_DEEP = Problem("<policy>", "", "nested too deeply (tables or arrays inside 
 
 
 def chain_too_long(n: int) -> str:
+    """Why a chain of `n` targets is refused (the limit and its reasons)."""
     return (
         f"{n} targets: a chain holds at most {MAX_TARGETS} (the primary and "
         f"{MAX_TARGETS - 1} fallbacks); a failing turn calls each target in turn, and the "
