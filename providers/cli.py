@@ -145,6 +145,8 @@ def load_trace(path: str) -> list[TraceEvent]:
         events = from_jsonl(text)
     except (ValueError, TypeError) as e:
         raise CliError(f"{path}: {e}", USAGE) from None
+    except RecursionError:
+        raise CliError(f"{path}: nested too deeply to be a trace", USAGE) from None
     if not events:
         raise CliError(
             f"{path}: the trace is empty (expected JSON lines, one per transition)", USAGE

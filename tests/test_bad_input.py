@@ -176,6 +176,16 @@ def test_a_trace_that_is_a_named_pipe_is_refused(
     assert "cannot read trace file" in err and "a named pipe" in err
 
 
+def test_a_trace_nested_too_deeply_is_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    trace = tmp_path / "turn.jsonl"
+    trace.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    code, err = cli(capsys, "diagram", "--trace", str(trace))
+    assert code == 2
+    assert f"{trace}: nested too deeply to be a trace" in err
+
+
 def test_the_api_names_a_huge_number_and_deep_nesting_given_as_data() -> None:
     with pytest.raises(PolicyError) as e:
         chain("m", attempt_timeout=10**400, cooldown={"cap": 10**400}, max_attempts=10**400)
