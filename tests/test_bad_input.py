@@ -33,7 +33,7 @@ from fallgate.fsm.testing import FakeClock, ScriptExhausted, play
 from fallgate.providers import Fallgate
 from fallgate.providers.cli import main
 from fallgate.providers.fault_server import FaultServer, ScriptError, load_script, parse_script
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import chain, numbered
@@ -254,13 +254,18 @@ OUTCOMES = [
 ]
 
 
-def _played(policy: Policy, outcomes: list[str], expanded: bool) -> list[Any]:
-    """Two turns on one health store (the second starts with targets cooling)."""
+def _played(
+    policy: Policy, outcomes: list[str], expanded: bool, cooling: dict[int, float] | None = None
+) -> list[Any]:
+    """Two turns on one health store (the second starts with targets cooling);
+    `cooling`: target index -> seconds it is benched for before the first turn."""
     decl = declare(policy)
     if expanded:
         decl = attrs.evolve(decl, transitions=tuple(decl.edges()))
     engine = functools.partial(Turn, declaration=decl)
     health, clock = HealthStore(), FakeClock()
+    for j, seconds in (cooling or {}).items():
+        health.cool_target(policy.targets[j].key, clock.now() + seconds, clock.now())
     out: list[Any] = []
     for _ in range(2):
         try:
@@ -275,13 +280,28 @@ def _played(policy: Policy, outcomes: list[str], expanded: bool) -> list[Any]:
 FAN_POLICY = chain("m0@8000", "m1@4000", "m2@16000", "m3@4000", "m4@32000", keys=2, max_attempts=2)
 
 
-@settings(max_examples=150, deadline=None)
 @given(st.lists(st.sampled_from(OUTCOMES), min_size=1, max_size=14))
 def test_a_fan_out_takes_the_edge_its_edges_tried_one_by_one_would(outcomes: list[str]) -> None:
     """For any outcome sequence, the compiled executor asking each fan-out's guard for
     its target once takes the same path (states, targets, keys, waits, trace) as the
     same machine with every fan-out listed edge by edge."""
     assert _played(FAN_POLICY, outcomes, False) == _played(FAN_POLICY, outcomes, True)
+
+
+@pytest.mark.parametrize(
+    ("cooling", "first"),
+    [
+        ({0: 60, 1: 60}, "fallback_2"),  # the first not cooling
+        ({0: 60, 1: 9, 2: 60, 3: 5, 4: 60}, "fallback_3_cooling"),  # all cooling: the soonest
+        ({0: 60, 1: 90, 2: 60, 3: 45, 4: 60}, "failed"),  # soonest beyond the Retry-After cap
+    ],
+)
+def test_turn_start_fan_outs_pick_what_their_edges_would(
+    cooling: dict[int, float], first: str
+) -> None:
+    compiled = _played(FAN_POLICY, ["success"], False, cooling)
+    assert compiled == _played(FAN_POLICY, ["success"], True, cooling)
+    assert compiled[0][4][0].dest == first
 
 
 # -- names and URLs -------------------------------------------------------------------------------
