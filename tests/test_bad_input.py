@@ -66,21 +66,31 @@ def finishes(fn: Callable[[], Any], seconds: float = 10.0) -> Any:
     return box[0]
 
 
-def cli_process(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """The CLI in its own process, its memory capped at 2 GB (a runaway input must
-    not take the machine with it), killed after `timeout` seconds."""
+def _capped(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """`argv` run with its memory capped at 2 GB (a runaway input must not take the
+    machine with it), killed after `timeout` seconds."""
 
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
     return subprocess.run(
-        [sys.executable, "-m", "fallgate.providers.cli", *argv],
+        argv,
         capture_output=True,
         text=True,
         timeout=timeout,
         preexec_fn=cap,
         env={**os.environ, "FALLGATE_DEBUG": ""},
     )
+
+
+def cli_process(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The CLI in its own, memory-capped process."""
+    return _capped([sys.executable, "-m", "fallgate.providers.cli", *argv], timeout)
+
+
+def in_process_of_its_own(code: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Python `code` in its own, memory-capped process."""
+    return _capped([sys.executable, "-c", code], timeout)
 
 
 # -- policy files that are not policies --------------------------------------------------------
@@ -164,6 +174,17 @@ def test_dev_zero_is_refused_at_once_not_read_until_memory_runs_out(command: str
     assert proc.returncode == 2, proc.stderr
     assert "/dev/zero" in proc.stderr and "a character device" in proc.stderr
     assert "MemoryError" not in proc.stderr and "internal error" not in proc.stderr
+
+
+def test_the_api_refuses_dev_zero_with_a_policy_error() -> None:
+    code = (
+        "from fallgate.fsm import Policy, PolicyError\n"
+        "try:\n    Policy.from_toml('/dev/zero')\n"
+        "except PolicyError as e:\n    print(e)\n"
+    )
+    proc = in_process_of_its_own(code)
+    assert proc.returncode == 0, proc.stderr[-300:]
+    assert "/dev/zero: cannot read policy file: a character device" in proc.stdout
 
 
 def test_a_trace_that_is_a_named_pipe_is_refused(
