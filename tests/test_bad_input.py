@@ -504,3 +504,22 @@ def test_a_request_body_nested_100000_deep_gets_a_400_and_the_server_keeps_servi
         assert again.status == 200 and json.loads(again.read())["choices"]
     finally:
         conn.close()
+
+
+def test_the_declaration_bench_runs_and_counts_a_linear_declaration(tmp_path: Path) -> None:
+    """`python -m bench --only declare` really declares and measures (not timed: only
+    the counts, which are exact, are asserted)."""
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--only", "declare", "--out", str(out)],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    small, large = json.loads(out.read_text())["declare"]["rows"]
+    assert (small["targets"], large["targets"]) == (10, 100)
+    assert large["declared"] < 11 * small["declared"]  # linear: ~10x for a tenfold chain
+    assert large["edges"] > 50 * small["edges"]  # the edges it stands for: quadratic
+    assert large["held_mb"] > 0 and large["first_turn_s"] > 0
