@@ -144,9 +144,9 @@ class FanOut:
     that order: edge j goes to ``dests[j]`` with guard and effect about target j.
 
     Listed one by one, the fall-back edges give each target an edge to every later
-    one, per fault kind: n²/2 of them for a chain of n (4 million objects and 13 s
-    for 1,000 targets, before). As a fan-out each is one object; `dests` (every target's
-    state of one phase) is shared by all fan-outs of that phase."""
+    one, per fault kind: n²/2 of them for a chain of n (4 million edges, 23 s and
+    835 MB for 1,000 targets). As a fan-out each set is one object; `dests` (every
+    target's state of one phase) is shared by all fan-outs of that phase."""
 
     trigger: str
     source: str
@@ -171,10 +171,10 @@ Declared: TypeAlias = Transition | FanOut
 def expand(items: Iterable[Declared]) -> Iterator[Transition]:
     """Every edge, fan-outs listed edge by edge in place."""
     for t in items:
-        if type(t) is FanOut:
+        if isinstance(t, FanOut):
             yield from t.edges()
         else:
-            yield t  # type: ignore[misc]
+            yield t
 
 
 def state_name(target_name: str, phase: Phase) -> str:
