@@ -4,6 +4,7 @@
     python -m bench --quick         # seconds: the smoke test's mode
     python -m bench --only core,checker
     python -m bench --only hermes   # hermes-agent alone / with fallgate (make bench-hermes)
+    python -m bench --only declare  # declaration size for 10, 100, 1,000 targets
 
 bench.json holds exactly the keys of issue 6 plus ``fleet`` and ``storm`` (and ``hermes``
 when that section runs: it needs the hermes venv, so it is not in the default run); everything
@@ -24,7 +25,9 @@ from typing import Any
 
 from .timing import median_ratio
 
-SECTIONS = ("core", "faults", "throughput", "checker", "otel", "fleet", "storm", "hermes")
+SECTIONS = (
+    "core", "faults", "throughput", "checker", "otel", "fleet", "storm", "hermes", "declare",
+)
 #: What runs without --only (hermes needs its own venv: `make bench-hermes`).
 DEFAULT_SECTIONS = ("core", "faults", "throughput", "checker", "otel", "fleet", "storm")
 
@@ -131,6 +134,13 @@ def run(
         st = storm.measure(turns=turns, concurrency=conc, systems=systems, log=log)
         result["storm"] = {**st, "systems": [_public(r) for r in st["systems"]]}
         details["storm"] = st
+    if "declare" in sections:
+        from . import declare
+
+        log("declaration size (declare, compile, first turn; 10/100/1000 targets) ...")
+        dc = declare.measure(declare.SIZES[:2] if quick else declare.SIZES, log=log)
+        result["declare"] = dc
+        details["declare"] = dc
     if "hermes" in sections:
         from . import hermes, scenarios
 
@@ -284,6 +294,11 @@ def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
             f"| {'yes' if ck_extra.get('_complete', True) else '**no**: state limit reached'} |",
             "",
         ]
+    dc = result.get("declare")
+    if dc:
+        from . import declare
+
+        lines += [declare.table(dc)]
     o = result.get("otel")
     if o:
         lines += [

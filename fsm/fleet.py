@@ -239,7 +239,7 @@ def spend(r: Record, policy: Policy) -> Record | None:
     rb = policy.retry_budget
     if not rb.enabled:
         return r
-    left = tokens(r, rb.size)
+    left: float = r.get("tokens", rb.size)  # type: ignore[assignment]
     if left < 1.0:
         return None
     out = dict(r)

@@ -65,16 +65,15 @@ def grant_update(policy: Policy, probe: bool, retry: bool, owner: str) -> Update
     unless the attempt is its probe; a probe takes the lease, a retry a token."""
 
     def take(r: Record, now: float) -> Record | None:
-        out: Record | None = r
-        if fleet.num(r, "until") > now:
+        # records in fsm hold numbers only (a shared store's pull checks them): plain gets
+        if r.get("until", 0.0) > now:  # type: ignore[operator]
             return None
-        if not probe and fleet.count(r, "opens") > 0:
-            return None  # half-open: only its probe may call it
         if probe:
             out = fleet.acquire(r, now, owner, fleet.lease_for(policy))
-        if retry and out is not None:
-            out = fleet.spend(out, policy)
-        return out
+            return fleet.spend(out, policy) if retry and out is not None else out
+        if r.get("opens"):
+            return None  # half-open: only its probe may call it
+        return fleet.spend(r, policy) if retry else r
 
     return take
 
@@ -121,7 +120,7 @@ class HealthStore:
     def target_until(self, target: TargetKey) -> float:
         """End of the target's open span (0: not open)."""
         r = self._targets.get(target)
-        return fleet.num(r, "until") if r else 0.0
+        return r.get("until", 0.0) if r else 0.0  # type: ignore[return-value]
 
     def lease_until(self, target: TargetKey, owner: str) -> float:
         """End of a probe lease on the target held by another turn than `owner` (0: none)."""
@@ -132,7 +131,7 @@ class HealthStore:
 
     def half_open(self, target: TargetKey, now: float) -> bool:
         r = self._targets.get(target)
-        return bool(r) and fleet.is_half_open(r, now)  # type: ignore[arg-type]
+        return bool(r and r.get("opens") and r.get("until", 0.0) <= now)  # type: ignore[operator]
 
     def retry_tokens(self, target: TargetKey, policy: Policy) -> float:
         """Retry tokens left for the target (inf when the policy has no budget)."""
@@ -140,7 +139,7 @@ class HealthStore:
         if not rb.enabled:
             return math.inf
         r = self._targets.get(target)
-        return fleet.tokens(r, rb.size) if r else rb.size
+        return r.get("tokens", rb.size) if r else rb.size  # type: ignore[return-value]
 
     def credential_until(self, target: TargetKey, cred: str) -> float:
         return self._cred_until.get((target, cred), 0.0)
@@ -244,8 +243,10 @@ class HealthStore:
         takes a token; refused on a breaker opened since the attempt was decided. Returns
         why not (the host then feeds ``denied``), or None. The host asks for every attempt
         unless the store is `quiet` (then only probes and retries can need it)."""
-        fn = self.permit(s, a)
         key = a.target.key
+        if not a.retry and key not in self._targets:
+            return None  # nothing known of it: closed, and a first attempt takes nothing
+        fn = self.permit(s, a)
         now = s.clock()
         with self._lock:
             old = self._targets.get(key, _EMPTY)
@@ -292,11 +293,15 @@ class HealthStore:
         horizon: float = math.inf,
         saturation: int = 1 << 30,
         sizes: Mapping[Any, int] | None = None,
+        tokens: tuple[float, float] = (math.inf, math.inf),
+        window: float = math.inf,
     ) -> tuple[Any, ...]:
         """Canonical identity of the facts about `targets` and `credentials` that can steer a
         turn: open spans, leases and failure windows as seconds left (inf beyond
         `horizon`), openings (equal once at `saturation`, where the span stops growing),
-        failures in the window, the lease holder, retry tokens, round-robin positions."""
+        failures in the window, the lease holder, retry tokens (a bucket's `tokens` =
+        (size, cap): counts from `cap` up are one value), round-robin positions. A failure
+        window older than `window` seconds is over (as if empty)."""
         targets = tuple(targets)
         out: list[Any] = []
         for k in targets:
@@ -307,11 +312,14 @@ class HealthStore:
             r = self._targets.get(k, _EMPTY)
             out.append(min(fleet.count(r, "opens"), saturation))
             fails = fleet.count(r, "fails")
-            out.append(fails)
-            out.append(round(now - fleet.num(r, "since"), 6) if fails else None)  # its age
+            age = round(now - fleet.num(r, "since"), 6)
+            if fails and age <= window:  # a failure window over counts nothing any more
+                out.append((fails, age))
+            else:
+                out.append(None)
             lease = fleet.num(r, "lease")
             out.append((relative(lease, now, horizon), r.get("owner")) if lease > now else None)
-            out.append(r.get("tokens"))
+            out.append(min(fleet.tokens(r, tokens[0]), tokens[1]))
             n = r.get("rr")
             out.append(None if n is None else int(n) % (sizes or {}).get(k, 1 << 30))
         return tuple(out)

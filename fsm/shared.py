@@ -26,6 +26,7 @@ store.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any, ClassVar, Final
@@ -187,12 +188,14 @@ class SharedHealthStore(HealthStore):
             for key, (tkey, cred) in targets.items():
                 r = records.get(key)
                 if cred is None:
-                    if r:
-                        self._targets[tkey] = _shifted(r, shift)
+                    clean = _shifted(r, shift) if r else None
+                    if clean:
+                        self._targets[tkey] = clean
                     else:
                         self._targets.pop(tkey, None)
                 else:
                     until = fleet.num(r, "until") if r else 0.0
+                    until = until if math.isfinite(until) else 0.0
                     if until > backend_now:
                         self._cred_until[(tkey, cred)] = until + shift
                     else:
@@ -222,9 +225,13 @@ def _chain_keys(s: TurnState) -> tuple[str, ...]:
 
 
 def _shifted(r: Record, shift: float) -> Record:
-    out = dict(r)
-    for f in fleet.TIMES:
-        v = out.get(f)
-        if isinstance(v, int | float) and v > 0:
-            out[f] = v + shift
+    """A backend's target record in the turn clock, with only well-typed fields kept (the
+    core reads records with plain gets)."""
+    out: Record = {}
+    for f, v in r.items():
+        if f == "owner":
+            if isinstance(v, str):
+                out[f] = v
+        elif isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            out[f] = v + shift if f in fleet.TIMES and v > 0 else v
     return out

@@ -460,3 +460,20 @@ def test_a_shared_store_takes_only_a_backend():
         SharedHealthStore(object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="ttl"):
         SharedHealthStore(MemoryBackend(), ttl=0)
+
+
+class Garbled(Flaky):
+    """A backend whose records were written by something else (wrong types, junk)."""
+
+    def transact(self, keys: Any, update: Update, ttl: float) -> tuple[Records, float]:
+        records, now = super().transact(keys, update, ttl)
+        junk = {"until": "soon", "opens": None, "tokens": float("nan"), "owner": 7, "x": [1]}
+        return {k: (dict(junk) if k.startswith("t|") else r) for k, r in records.items()}, now
+
+
+def test_records_of_the_wrong_shape_from_a_backend_are_dropped_field_by_field():
+    policy = chain("m0", "m1")
+    store = SharedHealthStore(Garbled())
+    result = fallgate.run(policy, lambda t, c: "ok", health=store, clock=VirtualClock())
+    assert result.target == "primary"
+    assert store.record(policy.targets[0].key) == {}

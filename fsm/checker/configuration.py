@@ -116,7 +116,7 @@ def health_slots(
 
 def health_key(c: Checker, h: HealthStore, now: float, lo: int) -> tuple[Any, ...]:
     """The health facts a running turn at chain position `lo` can still depend on."""
-    return h.key(now, c.hk_targets[lo], c.hk_creds[lo], c.long, c.sat, c.sizes)
+    return h.key(now, c.hk_targets[lo], c.hk_creds[lo], c.long, c.sat, c.sizes, c.tokens, c.window)
 
 
 def health_class(c: Checker, h: HealthStore, now: float) -> tuple[Any, ...]:
@@ -124,7 +124,7 @@ def health_class(c: Checker, h: HealthStore, now: float) -> tuple[Any, ...]:
     outlast the search), failure streaks, round-robin positions. Turn ends in one class
     continue from one representative health store."""
     targets, creds = c.hk_targets[0], c.hk_creds[0]
-    k = h.key(now, targets, creds, c.long, c.sat, c.sizes)
+    k = h.key(now, targets, creds, c.long, c.sat, c.sizes, c.tokens, c.window)
     n = len(targets) + len(creds)
     running = tuple(0 if v == 0 else (2 if v == math.inf else 1) for v in k[:n])
     return running + tuple(_holder(x, "") for x in k[n:])
@@ -144,6 +144,8 @@ def key(c: Checker, live: Live) -> tuple[Any, ...]:
         return (o.turn, "end", health_class(c, s.health, now))
     cur = s.visit.index
     lo = cur if cur > 0 else 0
+    if s.context_floor is not None:  # a move back to an unknown-length target is possible
+        lo = min(lo, s.context_from + 1)
     a = s.action
     cls = type(a)
     if cls is Attempt:
@@ -174,6 +176,7 @@ def key(c: Checker, live: Live) -> tuple[Any, ...]:
         ),
         relative(o.tnb.get(oc, 0.0), now, long),
         o.floor,
+        o.floor_from,
         o.committed,
         (o.last.kind, o.last.retry_after) if o.last is not None else None,
         o.since_wait,

@@ -188,7 +188,7 @@ class _Fleet:
         self.outcomes = tuple(outcomes)
         self.max_states = max_states
         self.decl = declare(p)
-        self.declared = frozenset((t.source, t.trigger, t.dest) for t in self.decl.transitions)
+        self.declared = frozenset((t.source, t.trigger, t.dest) for t in self.decl.edges())
         self.bounds = Bounds.of(p)
         self.keys = tuple(dict.fromkeys(t.key for t in p.targets))
         self.creds = tuple(dict.fromkeys((t.key, c.health_id) for t in p.targets for c in t.pool()))

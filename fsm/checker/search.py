@@ -135,6 +135,10 @@ class Checker:
         self.sizes = {t.key: len(t.pool()) for t in p.targets}
         self.taken: set[tuple[str, str, str]] = set()
         self._time_abstraction(Bounds.of(p))
+        # Retry tokens from this many up are one value: more than a turn can spend on one
+        # target (every attempt but its first is a retry), and the next turn's first one.
+        self.tokens = (p.retry_budget.size, float(max(self.bounds.per_target) + 1))
+        self.window = p.breaker.window
         self.ctx = Context.of(p, self.decl, self.bounds)
         self.alphabet = alphabet(p, self.bounds)
         self.hk_targets, self.hk_creds = health_slots(p)
@@ -330,7 +334,7 @@ class Checker:
         seconds = time.perf_counter() - t0
         unreachable = tuple(
             describe(t, self.policy)
-            for t in self.decl.transitions
+            for t in self.decl.edges()
             if (t.source, t.trigger, t.dest) not in self.taken
         )
         return CheckReport(
