@@ -286,7 +286,7 @@ def _played(
     engine = functools.partial(Turn, declaration=decl)
     health, clock = HealthStore(), FakeClock()
     for j, seconds in (cooling or {}).items():
-        health.cool_target(policy.targets[j].key, clock.now() + seconds, clock.now())
+        health.open_target(policy.targets[j].key, clock.now() + seconds, clock.now())
     out: list[Any] = []
     for _ in range(2):
         try:
