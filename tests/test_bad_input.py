@@ -253,6 +253,10 @@ def test_the_declaration_grows_linearly_with_the_chain() -> None:
     declared = [len(declare(chain(*numbered(n))).transitions) for n in range(2, 9)]
     steps = {b - a for a, b in itertools.pairwise(declared)}
     assert len(steps) == 1, declared
+    # the worst case for moves back after an overflow: known and unknown lengths alternate
+    mixed = [f"m{i}@{8000 + i}" if i % 2 == 0 else f"u{i}" for i in range(40)]
+    pairs = [len(declare(chain(*mixed[:n])).transitions) for n in range(4, 41, 2)]
+    assert len({b - a for a, b in itertools.pairwise(pairs)}) == 1, pairs
     edges = [sum(1 for _ in declare(chain(*numbered(n))).edges()) for n in range(2, 9)]
     growth = [b - a for a, b in itertools.pairwise(edges)]
     assert len({b - a for a, b in itertools.pairwise(growth)}) == 1  # quadratic
