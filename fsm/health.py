@@ -29,7 +29,15 @@ CredKey = tuple[Hashable, str]
 class HealthStore:
     """Cross-turn facts. All methods take `now` so that the store stays clock-agnostic."""
 
-    __slots__ = ("__weakref__", "_cred_until", "_lock", "_rr", "_streak", "_target_until")
+    __slots__ = (
+        "__weakref__",
+        "_cause",
+        "_cred_until",
+        "_lock",
+        "_rr",
+        "_streak",
+        "_target_until",
+    )
 
     @staticmethod
     def default() -> HealthStore:
@@ -42,6 +50,10 @@ class HealthStore:
         self._cred_until: dict[CredKey, float] = {}
         self._streak: dict[TargetKey, int] = {}
         self._rr: dict[TargetKey, int] = {}
+        # What started each running cooldown (target key, or (target, credential id)):
+        # a short safe label such as "quota (HTTP 402)", never provider text. Only
+        # words for failure reports; nothing reads it to decide.
+        self._cause: dict[Hashable, str] = {}
 
     # -- reads (lock-free: single dict lookups are atomic in CPython) ---------------------
     def quiet(self) -> bool:
@@ -54,17 +66,27 @@ class HealthStore:
     def credential_until(self, target: TargetKey, cred: str) -> float:
         return self._cred_until.get((target, cred), 0.0)
 
+    def cause(self, target: TargetKey, cred: str | None = None) -> str | None:
+        """What started the cooldown of `target` (or of its credential `cred`), if known."""
+        return self._cause.get(target if cred is None else (target, cred))
+
     # -- writes ---------------------------------------------------------------------------
-    def cool_target(self, target: TargetKey, until: float, now: float) -> float:
-        """Bench `target` until `until` unless already benched; returns the end in force."""
+    def cool_target(
+        self, target: TargetKey, until: float, now: float, cause: str | None = None
+    ) -> float:
+        """Bench `target` until `until` unless already benched; returns the end in force.
+        `cause` (a short safe label of the outcome) is kept for failure reports."""
         with self._lock:
             current = self._target_until.get(target, 0.0)
             if current > now:
                 return current
             self._target_until[target] = until
+            self._note_cause(target, cause)
             return until
 
-    def cool_credential(self, target: TargetKey, cred: str, until: float, now: float) -> float:
+    def cool_credential(
+        self, target: TargetKey, cred: str, until: float, now: float, cause: str | None = None
+    ) -> float:
         """Bench one credential of one target (never another target's)."""
         key = (target, cred)
         with self._lock:
@@ -72,7 +94,14 @@ class HealthStore:
             if current > now:
                 return current
             self._cred_until[key] = until
+            self._note_cause(key, cause)
             return until
+
+    def _note_cause(self, key: Hashable, cause: str | None) -> None:
+        if cause is None:
+            self._cause.pop(key, None)
+        else:
+            self._cause[key] = cause
 
     def failed(self, target: TargetKey) -> int:
         """Count a hard failure; returns the new streak (drives exponential cooldown)."""
@@ -89,6 +118,9 @@ class HealthStore:
             self._streak.pop(target, None)
             self._target_until.pop(target, None)
             self._cred_until.pop((target, cred), None)
+            if self._cause:
+                self._cause.pop(target, None)
+                self._cause.pop((target, cred), None)
 
     def next_round_robin(self, target: TargetKey, size: int) -> int:
         """The starting slot for a round-robin pool (advances on every call)."""
@@ -146,6 +178,7 @@ class HealthStore:
             self._cred_until.clear()
             self._streak.clear()
             self._rr.clear()
+            self._cause.clear()
 
     def facts(
         self, copy: bool = True

@@ -72,6 +72,12 @@ class Outcome:
     def of(cls, kind: str | OutcomeKind, **kw: Any) -> Outcome:
         return cls(OutcomeKind(kind), **kw)
 
+    @property
+    def cause(self) -> str:
+        """A short label safe to keep and print (kind and status, never the provider's
+        words): what a cooldown remembers as its cause, e.g. ``quota (HTTP 402)``."""
+        return self.kind.value if self.status is None else f"{self.kind.value} (HTTP {self.status})"
+
 
 SUCCESS = Outcome(OutcomeKind.SUCCESS)
 CANCELLED = Outcome(OutcomeKind.CANCELLED, detail="cancelled")

@@ -369,10 +369,25 @@ class TurnState:
                 return f"skipped: context_length unknown (needs > {floor})"
             if t.context_length <= floor:
                 return f"skipped: context_length {t.context_length} <= {floor}"
-        ready = self.target_ready_at(j)
-        if ready > now:
-            return f"skipped: cooling for {ready - now:.1f}s"
+        if self.target_ready_at(j) > now:
+            return f"skipped: {self.cooling(j, now)}"
         return None
+
+    def cooling(self, j: int, now: float) -> str:
+        """Why target j is cooling, for how long and since what outcome:
+        ``cooling for 170.0s after quota (HTTP 402) on env:KEY``."""
+        t = self.policy.targets[j]
+        h = self.health
+        bench = h.target_until(t.key)
+        soonest, cred = min((h.credential_until(t.key, c.id), c.id) for c in t.pool())
+        text = f"cooling for {max(bench, soonest) - now:.1f}s"
+        if bench >= soonest:
+            cause = h.cause(t.key)
+            return f"{text} after {cause}" if cause else text
+        cause = h.cause(t.key, cred)
+        size = len(t.pool())
+        which = cred if size == 1 else f"{cred}, the first of its {size} keys to free up"
+        return f"{text} after {cause} on {which}" if cause else f"{text} ({which})"
 
     def next_eligible(self) -> int:
         """The fallback to take now (-1 if none); cached per event."""
@@ -456,6 +471,8 @@ class TurnState:
                 self.reasons[t.name] = f"not in this turn's chain (it starts at {first})"
             elif t.index < max(here, 0):
                 self.reasons[t.name] = "skipped at turn start: cooling"
+            elif here < 0 and state != ABORTED and self.target_ready_at(t.index) > self.at:
+                self.reasons[t.name] = f"skipped at turn start: {self.cooling(t.index, self.at)}"
             elif state == ABORTED:
                 self.reasons[t.name] = "not tried: turn aborted"
             else:
