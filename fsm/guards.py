@@ -334,7 +334,9 @@ def leave(s: TurnState) -> None:
 def _enter(s: TurnState, j: int) -> Action:
     now = s.at
     for k in range(s.first, j):
-        s.reasons.setdefault(s.policy.targets[k].name, f"skipped at turn start: {s.cooling(k, now)}")
+        s.reasons.setdefault(
+            s.policy.targets[k].name, f"skipped at turn start: {s.cooling(k, now)}"
+        )
     s.go_to(j)
     return s.attempt()
 

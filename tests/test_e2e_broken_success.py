@@ -131,9 +131,7 @@ def test_a_real_reply_that_says_little_is_still_a_success(fault_server):
     cut = completion(
         {"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "length"}
     )
-    fault_server.script(
-        {"models": {"m0": [calls, {"kind": "status", "status": 200, "body": cut}]}}
-    )
+    fault_server.script({"models": {"m0": [calls, {"kind": "status", "status": 200, "body": cut}]}})
     with Fallgate(chain("m0", "m1", server=fault_server)) as client:
         first = client.run(messages=MSG)
         second = client.run(messages=MSG)
@@ -154,11 +152,14 @@ BROKEN_STREAMS = [
         [
             chunk({"role": "assistant"}),
             chunk({}, "stop"),
-            {**chunk({}), "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 0,
-                                                   "total_tokens": 1}},
+            {
+                **chunk({}),
+                "choices": [],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 0, "total_tokens": 1},
+            },
         ],
         "overloaded",
-    ),  # fmt: skip
+    ),
     (
         "OpenRouter's finish_reason error before any content",
         [chunk({"role": "assistant"}), chunk({"content": ""}, "error", error=OPENROUTER_ERROR)],

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import openai
 import pytest
-from fallgate import Fallgate, TurnFailed
 from fallgate.fsm import HealthStore, Outcome, VirtualClock
 from fallgate.fsm.outcomes import OutcomeKind
 from fallgate.fsm.testing import play
+
+from fallgate import Fallgate, TurnFailed
 
 from helpers import KEY_PREFIX, chain
 
@@ -134,8 +135,9 @@ def test_the_real_sdk_turn_that_sends_nothing_reports_the_402_and_the_429(fault_
     assert len(fault_server.requests) == requests  # nothing was sent
     text = str(failed.value)
     assert "primary: skipped at turn start: cooling for 150.0s after quota (HTTP 402)" in text
-    assert "fallback_1: skipped at turn start: cooling for 180.0s after rate_limited (HTTP 429)" in (
-        text
+    assert (
+        "fallback_1: skipped at turn start: cooling for 180.0s after rate_limited (HTTP 429)"
+        in text
     )
     assert "does not fall back" not in text
     assert KEY_PREFIX not in text
