@@ -123,7 +123,8 @@ def _bench_key(s: TurnState, o: Outcome) -> None:
     nb = v.key_not_before
     nb[cred.id] = max(nb.get(cred.id, 0.0), until)
     if rule.cooldown:
-        s.health.cool_credential(s.target.key, cred.id, until, now, o.cause)
+        if s.health.cool_credential(s.target.key, cred.id, until, now) == until:
+            s.health.note_cause(s.target.key, o.cause, until, cred.id)
 
 
 def _hold_target(s: TurnState, o: Outcome) -> None:
@@ -326,7 +327,8 @@ def leave(s: TurnState) -> None:
         span = (
             o.retry_after if o.retry_after is not None else cooldown_for(s.policy.cooldown, streak)
         )
-        s.health.cool_target(t.key, now + span, now, o.cause)
+        if s.health.cool_target(t.key, now + span, now) == now + span:
+            s.health.note_cause(t.key, o.cause, now + span)
     for j, why in s._skips.items():
         s.reasons.setdefault(s.policy.targets[j].name, why)
 

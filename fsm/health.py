@@ -50,10 +50,10 @@ class HealthStore:
         self._cred_until: dict[CredKey, float] = {}
         self._streak: dict[TargetKey, int] = {}
         self._rr: dict[TargetKey, int] = {}
-        # What started each running cooldown (target key, or (target, credential id)):
-        # a short safe label such as "quota (HTTP 402)", never provider text. Only
-        # words for failure reports; nothing reads it to decide.
-        self._cause: dict[Hashable, str] = {}
+        # What started a cooldown, by target key or (target, credential id): its end and
+        # a short safe label ("quota (HTTP 402)", never provider text). Words for failure
+        # reports only; nothing decides by it.
+        self._cause: dict[Hashable, tuple[float, str]] = {}
 
     # -- reads (lock-free: single dict lookups are atomic in CPython) ---------------------
     def quiet(self) -> bool:
@@ -67,26 +67,34 @@ class HealthStore:
         return self._cred_until.get((target, cred), 0.0)
 
     def cause(self, target: TargetKey, cred: str | None = None) -> str | None:
-        """What started the cooldown of `target` (or of its credential `cred`), if known."""
-        return self._cause.get(target if cred is None else (target, cred))
+        """What started the cooldown in force on `target` (or its credential `cred`)."""
+        key: Hashable = target if cred is None else (target, cred)
+        until = self.target_until(target) if cred is None else self.credential_until(target, cred)
+        noted = self._cause.get(key)
+        return noted[1] if noted is not None and noted[0] == until else None
+
+    def note_cause(
+        self, target: TargetKey, cause: str, until: float, cred: str | None = None
+    ) -> None:
+        """Remember `cause` for the cooldown of `target` (or `cred`) ending at `until`,
+        if that is the one in force (a running cooldown keeps its own cause)."""
+        key: Hashable = target if cred is None else (target, cred)
+        with self._lock:
+            held = self._target_until if cred is None else self._cred_until
+            if held.get(key, 0.0) == until:
+                self._cause[key] = (until, cause)
 
     # -- writes ---------------------------------------------------------------------------
-    def cool_target(
-        self, target: TargetKey, until: float, now: float, cause: str | None = None
-    ) -> float:
-        """Bench `target` until `until` unless already benched; returns the end in force.
-        `cause` (a short safe label of the outcome) is kept for failure reports."""
+    def cool_target(self, target: TargetKey, until: float, now: float) -> float:
+        """Bench `target` until `until` unless already benched; returns the end in force."""
         with self._lock:
             current = self._target_until.get(target, 0.0)
             if current > now:
                 return current
             self._target_until[target] = until
-            self._note_cause(target, cause)
             return until
 
-    def cool_credential(
-        self, target: TargetKey, cred: str, until: float, now: float, cause: str | None = None
-    ) -> float:
+    def cool_credential(self, target: TargetKey, cred: str, until: float, now: float) -> float:
         """Bench one credential of one target (never another target's)."""
         key = (target, cred)
         with self._lock:
@@ -94,14 +102,7 @@ class HealthStore:
             if current > now:
                 return current
             self._cred_until[key] = until
-            self._note_cause(key, cause)
             return until
-
-    def _note_cause(self, key: Hashable, cause: str | None) -> None:
-        if cause is None:
-            self._cause.pop(key, None)
-        else:
-            self._cause[key] = cause
 
     def failed(self, target: TargetKey) -> int:
         """Count a hard failure; returns the new streak (drives exponential cooldown)."""
@@ -118,9 +119,6 @@ class HealthStore:
             self._streak.pop(target, None)
             self._target_until.pop(target, None)
             self._cred_until.pop((target, cred), None)
-            if self._cause:
-                self._cause.pop(target, None)
-                self._cause.pop((target, cred), None)
 
     def next_round_robin(self, target: TargetKey, size: int) -> int:
         """The starting slot for a round-robin pool (advances on every call)."""

@@ -104,13 +104,18 @@ def test_with_several_keys_the_reason_names_the_first_key_to_free_up():
 
 def test_a_running_cooldown_keeps_its_first_cause_and_a_success_forgets_it():
     health = HealthStore()
-    health.cool_target("t", 100.0, 0.0, "overloaded (HTTP 503)")
-    health.cool_target("t", 500.0, 1.0, "not_found (HTTP 404)")  # never extended, nor re-caused
+    health.cool_target("t", 100.0, 0.0)
+    health.note_cause("t", "overloaded (HTTP 503)", 100.0)
+    health.cool_target("t", 500.0, 1.0)  # never extended...
+    health.note_cause("t", "not_found (HTTP 404)", 500.0)  # ...nor given another cause
     assert (health.target_until("t"), health.cause("t")) == (100.0, "overloaded (HTTP 503)")
-    health.cool_credential("t", "key#1", 50.0, 0.0, "auth (HTTP 401)")
+    health.cool_credential("t", "key#1", 50.0, 0.0)
+    health.note_cause("t", "auth (HTTP 401)", 50.0, "key#1")
     assert health.cause("t", "key#1") == "auth (HTTP 401)"
     health.succeeded("t", "key#1")
     assert health.cause("t") is None and health.cause("t", "key#1") is None
+    health.cool_target("t", 900.0, 200.0)  # a later cooldown noted without a cause...
+    assert health.cause("t") is None  # ...never borrows an old one
 
 
 def test_the_real_sdk_turn_that_sends_nothing_reports_the_402_and_the_429(fault_server):
