@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 from fallgate.fsm import HealthStore, Outcome, Policy, VirtualClock
+from fallgate.fsm import redact as redaction
 from fallgate.fsm.diagram import to_dot, to_mermaid
 from fallgate.fsm.errors import PolicyError
 from fallgate.fsm.machine import declare
 from fallgate.fsm.outcomes import OutcomeKind
 from fallgate.fsm.overview import to_mermaid_overview
-from fallgate.fsm.redact import looks_like_key, redact, safe_url, scrub_exception
 from fallgate.fsm.testing import play
 from fallgate.fsm.trace import to_jsonl
 from hypothesis import given, settings
@@ -145,11 +145,11 @@ def test_two_base_urls_that_differ_only_in_their_key_keep_apart_in_the_health_st
 
 
 def test_safe_url_keeps_what_is_not_a_secret():
-    assert safe_url("https://api.example.com/v1") == "https://api.example.com/v1"
-    assert safe_url("https://me:pw@h/v1?api-version=1&api_key=zz") == (
+    assert redaction.safe_url("https://api.example.com/v1") == "https://api.example.com/v1"
+    assert redaction.safe_url("https://me:pw@h/v1?api-version=1&api_key=zz") == (
         "https://***@h/v1?api-version=1&api_key=***"
     )
-    assert safe_url(None) is None
+    assert redaction.safe_url(None) is None
 
 
 # -- the provider's own text --------------------------------------------------------------
@@ -223,7 +223,7 @@ def test_scrubbing_an_exception_leaves_no_piece_of_a_known_key(key, style):
     echo = STYLES[style](key)
     error = ValueError(f"provider said: {echo} (code 401)")
     error.body = {"error": {"message": echo, "list": [echo]}}  # type: ignore[attr-defined]
-    scrub_exception(error, [key])
+    redaction.scrub_exception(error, [key])
     text = f"{error}\n{error!r}\n{error.body!r}"  # type: ignore[attr-defined]
     assert shows_key(text, key) == []
     assert key[-4:] not in text.replace("code 401", "")
@@ -233,8 +233,8 @@ def test_scrubbing_an_exception_leaves_no_piece_of_a_known_key(key, style):
 @given(key=keys())
 def test_every_issued_key_shape_looks_like_a_key_even_when_unknown(key):
     """Keys the policy does not know are still recognised by their shape."""
-    assert looks_like_key(key)
-    assert shows_key(redact(f"echo: {key}!"), key) == []
+    assert redaction.looks_like_key(key)
+    assert shows_key(redaction.redact(f"echo: {key}!"), key) == []
 
 
 @pytest.mark.parametrize(
@@ -244,8 +244,8 @@ def test_every_issued_key_shape_looks_like_a_key_even_when_unknown(key):
      "deepseek-r1-distill-llama-70b", "fallback_1: cooling for 170.0s after quota (HTTP 402)"],
 )  # fmt: skip
 def test_ordinary_words_model_names_and_urls_are_left_alone(text):
-    assert not looks_like_key(text)
-    assert redact(text) == text
+    assert not redaction.looks_like_key(text)
+    assert redaction.redact(text) == text
 
 
 def test_a_run_of_the_core_keeps_its_exception_scrubbed_for_the_caller():
