@@ -80,8 +80,11 @@ class HealthStore:
         if that is the one in force (a running cooldown keeps its own cause)."""
         key: Hashable = target if cred is None else (target, cred)
         with self._lock:
-            held = self._target_until if cred is None else self._cred_until
-            if held.get(key, 0.0) == until:
+            if cred is None:
+                held = self._target_until.get(target, 0.0)
+            else:
+                held = self._cred_until.get((target, cred), 0.0)
+            if held == until:
                 self._cause[key] = (until, cause)
 
     # -- writes ---------------------------------------------------------------------------
