@@ -76,7 +76,8 @@ class Outcome:
     def cause(self) -> str:
         """A short label safe to keep and print (kind and status, never the provider's
         words): what a cooldown remembers as its cause, e.g. ``quota (HTTP 402)``."""
-        return self.kind.value if self.status is None else f"{self.kind.value} (HTTP {self.status})"
+        kind = str.__str__(self.kind)  # the value, without the enum's slower attribute lookup
+        return kind if self.status is None else f"{kind} (HTTP {self.status})"
 
 
 SUCCESS = Outcome(OutcomeKind.SUCCESS)

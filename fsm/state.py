@@ -25,7 +25,7 @@ from .health import HealthStore, relative
 from .machine import ABORTED, IDLE, Declaration, declare
 from .outcomes import Outcome
 from .policy import Credential, Policy, Target
-from .redact import redact, scrub_exception
+from .redact import scrub_exception
 from .trace import TraceEvent
 
 if TYPE_CHECKING:
@@ -477,17 +477,17 @@ class TurnState:
             else:
                 kind = self.outcome.kind.value if self.outcome else "turn start"
                 self.reasons[t.name] = f"not tried: {kind} does not fall back (policy)"
-        secrets = self.policy.secrets()
         if self.outcome is not None and self.outcome.error is not None:
             # The caller gets it as `last_error`: no key of the pool, nothing key-shaped.
-            scrub_exception(self.outcome.error, secrets)
+            # (Details were scrubbed when the outcome was classified: `drivers`.)
+            scrub_exception(self.outcome.error, self.policy.secrets())
         reasons = {
-            name: redact(why, secrets) if isinstance(why, str)
-            else redact(f"attempted {why[0]}x, last: {self.describe(why[1])}", secrets)
+            name: why if isinstance(why, str)
+            else f"attempted {why[0]}x, last: {self.describe(why[1])}"
             for name, why in self.reasons.items()
         }  # fmt: skip
         return TurnFailed(
-            redact(summary, secrets),
+            summary,
             state=state,
             reasons=reasons,
             last_outcome=self.outcome,
