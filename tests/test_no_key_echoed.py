@@ -15,7 +15,7 @@ import string
 from typing import Any
 
 import pytest
-from fallgate.fsm import HealthStore, Outcome, Policy, VirtualClock
+from fallgate.fsm import HealthStore, Outcome, Policy, VirtualClock, run
 from fallgate.fsm import redact as redaction
 from fallgate.fsm.diagram import to_dot, to_mermaid
 from fallgate.fsm.errors import PolicyError
@@ -249,14 +249,27 @@ def test_ordinary_words_model_names_and_urls_are_left_alone(text):
 
 
 def test_a_run_of_the_core_keeps_its_exception_scrubbed_for_the_caller():
-    policy = chain({"model": "m0", "api_key": KEY})
+    """`fsm.run` with any transport: the exception it keeps as `last_error` is the one
+    the call raised, scrubbed; the failure text holds no key either."""
+    policy = chain({"model": "m0", "api_keys": [KEY, OTHER]})
 
     class Echo(Exception):
         status_code = 401
 
-    boom = Echo(f"Invalid key {KEY}")
-    played = play(policy, [Outcome(OutcomeKind.AUTH, status=401, detail=f"bad {KEY}",
-                                   error=boom)])  # fmt: skip
-    assert played.error is not None
-    assert played.error.last_error is boom
-    assert _leaks(str(boom)) == [] and _leaks(str(played.error)) == []
+    raised: list[Exception] = []
+
+    def call(target: Any, credential: Any) -> str:
+        raised.append(Echo(f"Invalid key {credential.resolve()} (the other is {OTHER})"))
+        raise raised[-1]
+
+    with pytest.raises(TurnFailed) as caught:
+        run(policy, call, health=HealthStore(), clock=VirtualClock())
+    assert caught.value.last_error is raised[-1]
+    assert len(raised) == 2  # both keys tried
+    for text in (
+        str(raised[-1]),
+        repr(raised[-1]),
+        str(caught.value),
+        to_jsonl(caught.value.trace),
+    ):
+        assert _leaks(text) == []
