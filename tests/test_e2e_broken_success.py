@@ -236,3 +236,23 @@ def test_a_completed_response_without_output_falls_back(fault_server):
     assert result.target == "fallback_1"
     assert result.value.output_text == "ok"
     assert "without any output" in (result.trace[1].detail or "")
+
+
+def test_a_responses_stream_that_completes_without_output_falls_back(fault_server):
+    def response(status: str) -> dict[str, Any]:
+        return {"id": "resp_x", "object": "response", "created_at": 1, "model": "m0",
+                "status": status, "output": [], "parallel_tool_calls": True,
+                "tool_choice": "auto", "tools": []}  # fmt: skip
+
+    events = [
+        {"type": "response.created", "sequence_number": 0, "response": response("in_progress")},
+        {"type": "response.completed", "sequence_number": 1, "response": response("completed")},
+    ]
+    fault_server.script({"models": {"m0": [{"kind": "sse", "events": events}]}})
+    with Fallgate(chain("m0", "m1", server=fault_server)) as client:
+        stream = client.responses.create(input="hi", stream=True)
+        kinds = [e.type for e in stream]
+    assert "response.output_text.delta" in kinds and kinds[-1] == "response.completed"
+    assert [e.dest for e in stream.trace] == ["primary", "fallback_1", "done"]
+    assert "completed without any output" in (stream.trace[1].detail or "")
+    assert stream.text == "ok"
