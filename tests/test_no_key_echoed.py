@@ -93,7 +93,7 @@ MISPLACED = {
 }
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)
 @given(key=keys(), where=st.sampled_from(sorted(MISPLACED)))
 def test_a_key_typed_into_the_wrong_field_is_named_never_echoed(key, where):
     """For every key shape and every field a key can be typed into by mistake, the
@@ -215,7 +215,7 @@ STYLES = {
 }
 
 
-@settings(max_examples=80, deadline=None)
+@settings(deadline=None)
 @given(key=keys(), style=st.sampled_from(sorted(STYLES)))
 def test_scrubbing_an_exception_leaves_no_piece_of_a_known_key(key, style):
     """Whatever the key and however it is echoed, a scrubbed exception's str, repr and
@@ -229,7 +229,7 @@ def test_scrubbing_an_exception_leaves_no_piece_of_a_known_key(key, style):
     assert key[-4:] not in text.replace("code 401", "")
 
 
-@settings(max_examples=80, deadline=None)
+@settings(deadline=None)
 @given(key=keys())
 def test_every_issued_key_shape_looks_like_a_key_even_when_unknown(key):
     """Keys the policy does not know are still recognised by their shape."""
