@@ -95,7 +95,7 @@ def refusal(a: Attempt, r: Record, now: float, owner: str) -> str:
 class HealthStore:
     """Cross-turn facts. All methods take `now` so that the store stays clock-agnostic."""
 
-    __slots__ = ("__weakref__", "_cred_until", "_lock", "_targets")
+    __slots__ = ("__weakref__", "_cause", "_cred_until", "_lock", "_targets")
 
     #: Does the host loop have to exchange with a backend around attempts (`begin`,
     #: `grant` for every attempt, `end`)? False: only probes and retries need `grant`.
@@ -112,6 +112,10 @@ class HealthStore:
         self._lock = threading.Lock()
         self._targets: dict[TargetKey, Record] = {}
         self._cred_until: dict[CredKey, float] = {}
+        # What started a cooldown, by target key or (target, credential id): its end and
+        # a short safe label ("quota (HTTP 402)", never provider text). Words for failure
+        # reports only; nothing decides by it.
+        self._cause: dict[Hashable, tuple[float, str]] = {}
 
     # -- reads (lock-free: single dict lookups are atomic in CPython) ---------------------
     def quiet(self) -> bool:
@@ -148,6 +152,27 @@ class HealthStore:
 
     def credential_until(self, target: TargetKey, cred: str) -> float:
         return self._cred_until.get((target, cred), 0.0)
+
+    def cause(self, target: TargetKey, cred: str | None = None) -> str | None:
+        """What started the cooldown in force on `target` (or its credential `cred`)."""
+        key: Hashable = target if cred is None else (target, cred)
+        until = self.target_until(target) if cred is None else self.credential_until(target, cred)
+        noted = self._cause.get(key)
+        return noted[1] if noted is not None and noted[0] == until else None
+
+    def note_cause(
+        self, target: TargetKey, cause: str, until: float, cred: str | None = None
+    ) -> None:
+        """Remember `cause` for the cooldown of `target` (or `cred`) ending at `until`,
+        if that is the one in force (a running cooldown keeps its own cause)."""
+        key: Hashable = target if cred is None else (target, cred)
+        with self._lock:
+            if cred is None:
+                held = self.target_until(target)
+            else:
+                held = self._cred_until.get((target, cred), 0.0)
+            if held == until:
+                self._cause[key] = (until, cause)
 
     # -- writes: each is a pure update (`fsm.fleet`) applied under the lock ----------------
     def _apply(self, target: TargetKey, fn: Update, now: float) -> Record | None:
@@ -346,6 +371,7 @@ class HealthStore:
         with self._lock:
             self._targets.clear()
             self._cred_until.clear()
+            self._cause.clear()
 
     def facts(
         self, copy: bool = True
