@@ -57,7 +57,7 @@ def test_a_cause_holds_the_outcome_kind_and_status_never_the_providers_words():
     health, clock = HealthStore(), VirtualClock()
     p = chain("m0")
     play(p, [_quota_402()], health=health, clock=clock)
-    cause = health.cause(p.targets[0].key, "key#1")
+    cause = health.cause(p.targets[0].key, p.targets[0].credentials[0].health_id)
     assert cause == "quota (HTTP 402)"
     again = play(p, [], health=health, clock=clock)
     assert again.error is not None
@@ -106,17 +106,17 @@ def test_with_several_keys_the_reason_names_the_first_key_to_free_up():
 
 def test_a_running_cooldown_keeps_its_first_cause_and_a_success_forgets_it():
     health = HealthStore()
-    health.cool_target("t", 100.0, 0.0)
+    health.open_target("t", 100.0, 0.0)
     health.note_cause("t", "overloaded (HTTP 503)", 100.0)
-    health.cool_target("t", 500.0, 1.0)  # never extended...
+    health.open_target("t", 500.0, 1.0)  # never extended...
     health.note_cause("t", "not_found (HTTP 404)", 500.0)  # ...nor given another cause
     assert (health.target_until("t"), health.cause("t")) == (100.0, "overloaded (HTTP 503)")
     health.cool_credential("t", "key#1", 50.0, 0.0)
     health.note_cause("t", "auth (HTTP 401)", 50.0, "key#1")
     assert health.cause("t", "key#1") == "auth (HTTP 401)"
-    health.succeeded("t", "key#1")
+    health.succeeded("t", "key#1", chain("m0"))
     assert health.cause("t") is None and health.cause("t", "key#1") is None
-    health.cool_target("t", 900.0, 200.0)  # a later cooldown noted without a cause...
+    health.open_target("t", 900.0, 200.0)  # a later cooldown noted without a cause...
     assert health.cause("t") is None  # ...never borrows an old one
 
 
