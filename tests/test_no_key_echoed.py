@@ -141,7 +141,7 @@ def test_two_base_urls_that_differ_only_in_their_key_keep_apart_in_the_health_st
     a = Policy.from_dict({"primary": _primary(base_url=f"https://h/v1?key={KEY}")})
     b = Policy.from_dict({"primary": _primary(base_url=f"https://h/v1?key={OTHER}")})
     assert a.targets[0].key != b.targets[0].key
-    assert "?key=***#" in a.targets[0].key[1]
+    assert "?key=***#" in a.targets[0].key[0]  # (endpoint, model): the backend
 
 
 def test_safe_url_keeps_what_is_not_a_secret():
