@@ -293,6 +293,7 @@ class Instruments:
         observed = _Observed(self, turn, telemetry)
         if attempt is None:
             _YIELDED[turn] = observed
+            observed.yielded = True
             return cast("_TurnBase", observed), None
         attach, detach = self.context.attach, self.context.detach
 
@@ -320,6 +321,7 @@ class Instruments:
         observed = _Observed(self, turn, telemetry)
         if attempt is None:
             _YIELDED[turn] = observed
+            observed.yielded = True
             return cast("_TurnBase", observed), None
         attach, detach = self.context.attach, self.context.detach
 
@@ -416,6 +418,7 @@ class _Observed:
         "turn",
         "turn_ctx",
         "where",
+        "yielded",
     )
 
     def __init__(self, ins: Instruments, turn: _TurnBase, telemetry: Telemetry | None) -> None:
@@ -456,6 +459,7 @@ class _Observed:
         self.where: int = -1  # the target index and credential of the last event
         self.credential: Any = None
         self.closed = False
+        self.yielded = False  # its attempts are handed out (`attempt_scope` finds it)
         self.secrets: list[str] | None = None
         self.seen = 0  # transitions already recorded
 
@@ -679,7 +683,8 @@ class _Observed:
         if self.closed:
             return
         self.closed = True
-        _YIELDED.pop(self.turn, None)
+        if self.yielded:
+            _YIELDED.pop(self.turn, None)
         s = self.s
         state = s.state
         m = self.ins.metrics
@@ -724,7 +729,8 @@ class _Observed:
         if self.closed:
             return
         self.closed = True
-        _YIELDED.pop(self.turn, None)
+        if self.yielded:
+            _YIELDED.pop(self.turn, None)
         if self.attempt_span is not None:
             self._attempt_ended(None)
         self._pending_ended(None)
