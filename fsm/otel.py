@@ -7,7 +7,8 @@ hands every turn to `Instruments.observe` / `Instruments.aobserve`, which wrap i
 in an `_Observed`: every call of the turn's protocol (start, feed, waited,
 rebuilt, cancel) is forwarded unchanged and what it did is recorded. The engine
 is not touched: the recording reads the turn's actions, the outcomes fed to it
-and its trace (`fsm.trace.TraceEvent`).
+and its record of transitions (`fsm.trace.TraceEvent`, built only for the few
+transitions that carry a wait or a detail).
 
 Traces (one per turn, as its caller's child)::
 
@@ -19,9 +20,11 @@ Traces (one per turn, as its caller's child)::
 
 and every transition is an event (``fallgate.transition``) on the turn's span.
 
-Metrics: ``fallgate.attempts`` (by target and outcome kind), ``fallgate.fallbacks``,
-``fallgate.turns`` (by end state), ``fallgate.wait.duration`` and
-``fallgate.turn.duration`` (seconds, on the turn's clock), and the observable gauge
+Metrics: the counts ``fallgate.attempts`` (by target and outcome kind),
+``fallgate.fallbacks`` and ``fallgate.turns`` (by end state), kept in process and
+reported as observable counters when a reader collects; the histograms
+``fallgate.wait.duration`` and ``fallgate.turn.duration`` (seconds, on the turn's
+clock; one measurement per wait and per turn); and the observable gauge
 ``fallgate.cooldowns.active`` read from the health stores turns have used (held
 weakly) and the process-wide `fsm.health.DEFAULT`.
 
