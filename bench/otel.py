@@ -213,3 +213,36 @@ def table(o: dict[str, Any]) -> list[str]:
         "",
     ]
     return lines
+
+
+def turns(mode: str, n: int) -> None:
+    """`n` chat turns in one mode ("off", "on", "floor") after 30 warm ones, for a
+    count that machine load does not blur: run it under valgrind with `n` and with
+    0 and subtract (``valgrind --tool=cachegrind --cache-sim=no python -m bench.otel
+    on 200``; the server is a child process, not counted)."""
+    if mode not in ("off", "on", "floor"):
+        raise SystemExit(f"mode: {mode!r} is not one of off, on, floor")
+    tracer, meter, _ = _providers()
+    sdk_floor = _floor_calls(tracer, meter)
+    if mode == "on":
+        fallgate.enable_otel(tracer_provider=tracer, meter_provider=meter)
+    with server_process() as base_url:
+        gate = fallgate.Fallgate(
+            Policy([Target("fault", PRIMARY, base_url, keyless=True)], attempt_timeout=30)
+        )
+        with gate:
+            for i in range(30 + n):
+                if i == 30:
+                    gc.collect()
+                    gc.disable()
+                gate.chat.completions.create(messages=MESSAGES)
+                if mode == "floor":
+                    sdk_floor()
+    gc.enable()
+    fallgate.disable_otel()
+
+
+if __name__ == "__main__":
+    import sys
+
+    turns(sys.argv[1], int(sys.argv[2]))
