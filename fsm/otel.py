@@ -459,7 +459,7 @@ class _Observed:
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
         self.index = -1  # the chain entry the turn is on
-        self.where: int = -1  # the target index and credential of the last event
+        self.where: int = -1  # the target index and credential the last event was on
         self.credential: Any = None
         self.closed = False
         self.yielded = False  # its attempts are handed out (`attempt_scope` finds it)
