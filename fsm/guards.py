@@ -125,7 +125,8 @@ def _bench_key(s: TurnState, o: Outcome) -> None:
     nb = v.key_not_before
     nb[cred.id] = max(nb.get(cred.id, 0.0), until)
     if rule.cooldown:
-        s.health.cool_credential(s.target.key, cred.health_id, until, now)
+        if s.health.cool_credential(s.target.key, cred.health_id, until, now) == until:
+            s.health.note_cause(s.target.key, o.cause, until, cred.health_id)
 
 
 def _hold_target(s: TurnState, o: Outcome) -> None:
@@ -368,7 +369,10 @@ def leave(s: TurnState) -> None:
     s.reasons[t.name] = (v.attempts, o) if s.denial is None or o is not None else s.denial
     if o is not None and TRAITS[o.kind].level is Level.TARGET and s.policy.rule(o.kind).cooldown:
         at_once = TRAITS[o.kind].opens_breaker
-        s.health.failed(t.key, s.at, s.policy, o.retry_after, s.owner, at_once)
+        r = s.health.failed(t.key, s.at, s.policy, o.retry_after, s.owner, at_once)
+        until = r.get("until", 0.0)
+        if until > s.at:  # type: ignore[operator]
+            s.health.note_cause(t.key, o.cause, until)  # type: ignore[arg-type]
     if v.probe:  # whatever the probe showed is reported: the lease goes back
         s.health.released(t.key, s.owner, s.at)
     for j, why in s._skips.items():
@@ -379,8 +383,7 @@ def _enter(s: TurnState, j: int) -> Action:
     now = s.at
     for k in range(s.first, j):
         s.reasons.setdefault(
-            s.policy.targets[k].name,
-            f"skipped at turn start: cooling for {s.target_ready_at(k) - now:.1f}s",
+            s.policy.targets[k].name, f"skipped at turn start: {s.cooling(k, now)}"
         )
     s.go_to(j)
     return s.attempt()
@@ -438,10 +441,7 @@ def _wait_for_target(s: TurnState, j: int) -> Action:
     now = s.at
     for k in range(s.first, len(s.policy.targets)):
         if k != j:
-            s.reasons.setdefault(
-                s.policy.targets[k].name,
-                f"cooling for {s.target_ready_at(k) - now:.1f}s at turn start",
-            )
+            s.reasons.setdefault(s.policy.targets[k].name, f"{s.cooling(k, now)} at turn start")
     s.go_to(j)
     return s.wait(max(0.0, s.target_ready_at(j) - s.at), "every target cooling: waiting for it")
 

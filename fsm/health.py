@@ -59,23 +59,26 @@ def _clear(r: Record, now: float) -> Record:
 _CLEAR: Final = _clear
 
 
-def grant_update(policy: Policy, probe: bool, retry: bool, owner: str) -> Update:
+def take_grant(
+    r: Record, now: float, policy: Policy, probe: bool, retry: bool, owner: str
+) -> Record | None:
     """The check-and-take of one attempt's grant: refused while the target's breaker is
     open (another turn's report opened it after this attempt was decided), or half-open
     unless the attempt is its probe; a probe takes the lease, a retry a token."""
+    # records in fsm hold numbers only (a shared store's pull checks them): plain gets
+    if r.get("until", 0.0) > now:  # type: ignore[operator]
+        return None
+    if probe:
+        out = fleet.acquire(r, now, owner, fleet.lease_for(policy))
+        return fleet.spend(out, policy) if retry and out is not None else out
+    if r.get("opens"):
+        return None  # half-open: only its probe may call it
+    return fleet.spend(r, policy) if retry else r
 
-    def take(r: Record, now: float) -> Record | None:
-        # records in fsm hold numbers only (a shared store's pull checks them): plain gets
-        if r.get("until", 0.0) > now:  # type: ignore[operator]
-            return None
-        if probe:
-            out = fleet.acquire(r, now, owner, fleet.lease_for(policy))
-            return fleet.spend(out, policy) if retry and out is not None else out
-        if r.get("opens"):
-            return None  # half-open: only its probe may call it
-        return fleet.spend(r, policy) if retry else r
 
-    return take
+def grant_update(policy: Policy, probe: bool, retry: bool, owner: str) -> Update:
+    """`take_grant` as a pure update of one record."""
+    return lambda r, now: take_grant(r, now, policy, probe, retry, owner)
 
 
 def refusal(a: Attempt, r: Record, now: float, owner: str) -> str:
@@ -92,11 +95,13 @@ def refusal(a: Attempt, r: Record, now: float, owner: str) -> str:
 class HealthStore:
     """Cross-turn facts. All methods take `now` so that the store stays clock-agnostic."""
 
-    __slots__ = ("__weakref__", "_cred_until", "_lock", "_targets")
+    __slots__ = ("__weakref__", "_cause", "_cred_until", "_lock", "_targets")
 
     #: Does the host loop have to exchange with a backend around attempts (`begin`,
     #: `grant` for every attempt, `end`)? False: only probes and retries need `grant`.
     shared: ClassVar[bool] = False
+    #: Does it record its changes (`_journal`) for a backend? (The in-memory store: no.)
+    journals: ClassVar[bool] = False
 
     @staticmethod
     def default() -> HealthStore:
@@ -107,6 +112,10 @@ class HealthStore:
         self._lock = threading.Lock()
         self._targets: dict[TargetKey, Record] = {}
         self._cred_until: dict[CredKey, float] = {}
+        # What started a cooldown, by target key or (target, credential id): its end and
+        # a short safe label ("quota (HTTP 402)", never provider text). Words for failure
+        # reports only; nothing decides by it.
+        self._cause: dict[Hashable, tuple[float, str]] = {}
 
     # -- reads (lock-free: single dict lookups are atomic in CPython) ---------------------
     def quiet(self) -> bool:
@@ -144,6 +153,27 @@ class HealthStore:
     def credential_until(self, target: TargetKey, cred: str) -> float:
         return self._cred_until.get((target, cred), 0.0)
 
+    def cause(self, target: TargetKey, cred: str | None = None) -> str | None:
+        """What started the cooldown in force on `target` (or its credential `cred`)."""
+        key: Hashable = target if cred is None else (target, cred)
+        until = self.target_until(target) if cred is None else self.credential_until(target, cred)
+        noted = self._cause.get(key)
+        return noted[1] if noted is not None and noted[0] == until else None
+
+    def note_cause(
+        self, target: TargetKey, cause: str, until: float, cred: str | None = None
+    ) -> None:
+        """Remember `cause` for the cooldown of `target` (or `cred`) ending at `until`,
+        if that is the one in force (a running cooldown keeps its own cause)."""
+        key: Hashable = target if cred is None else (target, cred)
+        with self._lock:
+            if cred is None:
+                held = self.target_until(target)
+            else:
+                held = self._cred_until.get((target, cred), 0.0)
+            if held == until:
+                self._cause[key] = (until, cause)
+
     # -- writes: each is a pure update (`fsm.fleet`) applied under the lock ----------------
     def _apply(self, target: TargetKey, fn: Update, now: float) -> Record | None:
         """Under the lock: apply `fn` to the target's record; journal it if it changed
@@ -156,7 +186,8 @@ class HealthStore:
             self._targets[target] = new
         else:
             self._targets.pop(target, None)
-        self._journal(target, None, fn)
+        if self.journals:
+            self._journal(target, None, fn)
         return new
 
     def open_target(self, target: TargetKey, until: float, now: float) -> float:
@@ -181,8 +212,9 @@ class HealthStore:
             if current > now:
                 return current
             self._cred_until[key] = until
-            span = until - now
-            self._journal(target, cred, lambda r, t: fleet.cool(r, t, t + span))
+            if self.journals:
+                span = until - now
+                self._journal(target, cred, lambda r, t: fleet.cool(r, t, t + span))
             return until
 
     def failed(
@@ -212,7 +244,7 @@ class HealthStore:
         with self._lock:
             if target in self._targets:
                 self._apply(target, lambda r, t: fleet.succeed(r, policy), now)
-            if self._cred_until.pop((target, cred), None) is not None:
+            if self._cred_until.pop((target, cred), None) is not None and self.journals:
                 self._journal(target, cred, _CLEAR)
 
     def released(self, target: TargetKey, owner: str, now: float = 0.0) -> None:
@@ -246,8 +278,19 @@ class HealthStore:
         key = a.target.key
         if not a.retry and key not in self._targets:
             return None  # nothing known of it: closed, and a first attempt takes nothing
-        fn = self.permit(s, a)
         now = s.clock()
+        if type(self).permit is HealthStore.permit and not self.journals:
+            # in memory: the same take, without building an update to journal (hot path)
+            owner = self.owner(s) if a.probe else ""
+            with self._lock:
+                old = self._targets.get(key, _EMPTY)
+                new = take_grant(old, now, s.policy, a.probe, a.retry, owner)
+                if new is not None:
+                    if new is not old:
+                        self._targets[key] = new
+                    return None
+            return refusal(a, old, now, s.owner)
+        fn = self.permit(s, a)
         with self._lock:
             old = self._targets.get(key, _EMPTY)
             if self._apply(key, fn, now) is not None:
@@ -328,6 +371,7 @@ class HealthStore:
         with self._lock:
             self._targets.clear()
             self._cred_until.clear()
+            self._cause.clear()
 
     def facts(
         self, copy: bool = True

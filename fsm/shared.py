@@ -62,6 +62,7 @@ class SharedHealthStore(HealthStore):
     __slots__ = ("_down", "_entries", "_id", "_jlock", "backend", "name", "ttl")
 
     shared: ClassVar[bool] = True
+    journals: ClassVar[bool] = True
 
     def __init__(self, backend: Backend, *, ttl: float = DEFAULT_TTL, name: str | None = None):
         super().__init__()

@@ -166,8 +166,8 @@ def test_a_days_quota_benches_the_key_for_the_cooldown_cap() -> None:
             result = gate.run(messages=MSG)
             t = policy.targets[0]
             first, second = t.pool()
-            benched = gate.health.credential_until(t.key, first.id) - clock()
-            assert gate.health.credential_until(t.key, second.id) == 0.0
+            benched = gate.health.credential_until(t.key, first.health_id) - clock()
+            assert gate.health.credential_until(t.key, second.health_id) == 0.0
         assert result.value.choices[0].message.content == "ok"
         assert [r.api_key for r in srv.requests] == [key(0, 0), key(0, 1)]
     assert benched == pytest.approx(policy.cooldown.cap, abs=1.0)
