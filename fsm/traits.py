@@ -124,7 +124,7 @@ _ROWS: Final = (
         wait_phase=Phase.TRANSPORT_BACKOFF,
         retry_first=True,
         streak=True,
-        default=Rule(retry=True, fall_back=True),
+        default=Rule(retry=True, fall_back=True, cooldown=True),
         examples="read/connect/pool timeout, connection reset, DNS, a cut before the first byte",
     ),
     Traits(
