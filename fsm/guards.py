@@ -320,13 +320,16 @@ def leave(s: TurnState) -> None:
     o = s.outcome
     t = s.target
     s.reasons[t.name] = (v.attempts, o)
-    if o is not None and TRAITS[o.kind].level is Level.TARGET and s.policy.rule(o.kind).cooldown:
+    traits = TRAITS[o.kind] if o is not None else None
+    if traits is not None and traits.level is Level.TARGET and s.policy.rule(traits.kind).cooldown:
+        assert o is not None
         now = s.at
         streak = s.health.failed(t.key)
-        span = (
-            o.retry_after if o.retry_after is not None else cooldown_for(s.policy.cooldown, streak)
-        )
-        s.health.cool_target(t.key, now + span, now)
+        if streak >= traits.cool_after:
+            span = o.retry_after
+            if span is None:
+                span = cooldown_for(s.policy.cooldown, streak)
+            s.health.cool_target(t.key, now + span, now)
     for j, why in s._skips.items():
         s.reasons.setdefault(s.policy.targets[j].name, why)
 
