@@ -24,8 +24,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[1]  # `python -m bench.overload` runs from here
 MESSAGES = [{"role": "user", "content": "Say hi."}]
 SYSTEMS = ("bare_sdk", "fallgate")
 MODEL = "overload-model"
@@ -95,6 +98,7 @@ def server_process(backlog: int = BACKLOG) -> Iterator[tuple[str, dict[str, int]
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        cwd=ROOT,
     )
     assert server.stdout is not None and server.stdin is not None
     counts: dict[str, int] = {}
@@ -195,6 +199,7 @@ def run_client(
         capture_output=True,
         text=True,
         timeout=cap,
+        cwd=ROOT,
     )
     if out.returncode != 0:
         raise RuntimeError(f"{system} overload run failed: {out.stderr[-800:]}")
@@ -209,17 +214,26 @@ def measure(
     backlog: int = BACKLOG,
     log: Any = None,
 ) -> dict[str, Any]:
-    """Each system once, bare SDK first, on one server (its counts are per run)."""
+    """Both systems at the same time, each against a server of its own: whatever else
+    the machine is doing weighs on both alike (run one after the other, a busy moment
+    would decide the comparison)."""
     out: dict[str, Any] = {
         "turns": turns,
         "attempt_timeout": timeout,
         "deadline": deadline,
         "backlog": backlog,
     }
+    with contextlib.ExitStack() as stack:
+        servers = {s: stack.enter_context(server_process(backlog)) for s in SYSTEMS}
+        with ThreadPoolExecutor(len(SYSTEMS)) as pool:
+            runs = {
+                s: pool.submit(run_client, s, servers[s][0], turns, timeout, deadline)
+                for s in SYSTEMS
+            }
+            results = {s: f.result() for s, f in runs.items()}
     for system in SYSTEMS:
-        with server_process(backlog) as (base_url, counts):
-            res = run_client(system, base_url, turns, timeout, deadline)
-        res["server_answered"] = counts.get("answered")
+        res = results[system]
+        res["server_answered"] = servers[system][1].get("answered")
         out[system] = res
         if log is not None:
             log(f"  {system:9s} {res['answered']}/{turns} answered in {res['seconds']:.2f}s")

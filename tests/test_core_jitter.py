@@ -140,5 +140,5 @@ def test_transport_cooldown_off_keeps_calling_the_target():
     health = HealthStore()
     for _ in range(3):
         played = play(p, ["transport"] * 3 + ["success"], health=health)
-        assert [a.target.name for a in played.calls][0] == "primary"
+        assert played.calls[0].target.name == "primary"
     assert health.target_until(p.targets[0].key) == 0.0
