@@ -4,6 +4,7 @@
     python -m bench --quick         # seconds: the smoke test's mode
     python -m bench --only core,checker
     python -m bench --only hermes   # hermes-agent alone / with fallgate (make bench-hermes)
+    python -m bench --only overload # 1,000 concurrent turns, a server whose accept queue overflows
 
 bench.json holds exactly the keys of issue 6 (and ``hermes`` when that section runs:
 it needs the hermes venv, so it is not in the default run); everything else (fsm.run and the
@@ -23,8 +24,9 @@ from typing import Any
 
 from .timing import median_ratio
 
-SECTIONS = ("core", "faults", "throughput", "checker", "otel", "hermes")
-#: What runs without --only (hermes needs its own venv: `make bench-hermes`).
+SECTIONS = ("core", "faults", "throughput", "checker", "otel", "hermes", "overload")
+#: What runs without --only (hermes needs its own venv: `make bench-hermes`; overload
+#: saturates the machine for a minute: `--only overload`).
 DEFAULT_SECTIONS = ("core", "faults", "throughput", "checker", "otel")
 
 GOALS = {
@@ -32,6 +34,8 @@ GOALS = {
     "core_fault": "fallgate faulty turn <= 0.5 x tenacity (same attempts)",
     "faults": "every scenario within 1.1 x oracle + 50 ms",
     "throughput": "fallgate wall time <= 1.05 x bare SDK",
+    "throughput_cpu": "fallgate client CPU per turn <= 1.05 x bare SDK (median of rounds)",
+    "overload": "under overload fallgate answers at least as many turns as the bare SDK",
     "checker": "default policy checked (completely) in < 5 s",
 }
 
@@ -109,6 +113,14 @@ def run(
         ot = otel.measure(quick=quick, log=log)
         result["otel"] = ot
         details["otel"] = ot
+    if "overload" in sections:
+        from . import overload
+
+        turns = 200 if quick else 1000
+        log(f"overload ({turns} concurrent turns, loopback server with a small backlog) ...")
+        ov = overload.measure(turns=turns, log=log)
+        result["overload"] = ov
+        details["overload"] = ov
     if "hermes" in sections:
         from . import hermes, scenarios
 
@@ -161,6 +173,12 @@ def goals(result: dict[str, Any], details: dict[str, Any] | None = None) -> dict
     t = result.get("throughput")
     if t:
         out["throughput"] = t["fallgate_seconds"] <= 1.05 * t["bare_sdk_seconds"]
+        ratio = (details or {}).get("throughput", {}).get("_cpu_ratio_median")
+        if ratio is not None:
+            out["throughput_cpu"] = ratio <= 1.05
+    ov = result.get("overload")
+    if ov:
+        out["overload"] = ov["fallgate"]["answered"] >= ov["bare_sdk"]["answered"]
     k = result.get("checker")
     if k:
         complete = (details or {}).get("checker", {}).get("_complete", True)
@@ -236,6 +254,13 @@ def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
             f"| {_f(extra.get('_bare_sdk_cpu_ms_per_turn'), 2)} | {_f(bare_mem, 2)} |",
             "",
         ]
+        if extra.get("_cpu_ratio_median") is not None:
+            lines += [
+                "fallgate / bare SDK client CPU per turn, median of the per-round ratios: "
+                f"{extra['_cpu_ratio_median']:.3f}x (rounds: "
+                f"{', '.join(f'{r:.3f}' for r in extra.get('_cpu_ratios', []))}).",
+                "",
+            ]
     k = result.get("checker")
     if k:
         ck_extra = (details or {}).get("checker", {})
@@ -265,6 +290,11 @@ def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
             f"| {o['core_ratio']:.2f}x |",
             "",
         ]
+    ov = result.get("overload")
+    if ov:
+        from .overload import table as overload_table
+
+        lines += overload_table(ov)
     h = result.get("hermes")
     if h:
         from .hermes import table as hermes_table

@@ -204,6 +204,13 @@ def measure(
         return g[len(g) // 2]
 
     fg, bare = best("fallgate"), best("bare_sdk")
+    # CPU per turn, paired: each round runs both systems back to back, so the ratio of a
+    # round compares them at one moment of the machine; the median over rounds is less
+    # at the mercy of one busy moment than a ratio of two best-ofs from different rounds.
+    ratios = sorted(
+        f["client_cpu_ms_per_turn"] / b["client_cpu_ms_per_turn"]
+        for f, b in zip(runs["fallgate"], runs["bare_sdk"], strict=True)
+    )
     return {
         "turns": turns,
         "concurrency": concurrency,
@@ -218,6 +225,8 @@ def measure(
         "_bare_sdk_cpu_ms_per_turn": round(
             min(x["client_cpu_ms_per_turn"] for x in runs["bare_sdk"]), 3
         ),
+        "_cpu_ratio_median": round(ratios[len(ratios) // 2], 3),
+        "_cpu_ratios": [round(r, 3) for r in ratios],
         "_runs": runs,
     }
 
