@@ -243,7 +243,7 @@ class Fallgate(_Base):
     def _turn(self, call: Call) -> GateResult:
         self._pool.check_open()
         ledger = Ledger()
-        seen: Seen = {}  # the client generations this turn used (scopes its rebuilds)
+        seen = Seen()  # the client generations this turn used (scopes its rebuilds)
 
         def attempt(a: Attempt) -> Any:
             ledger.begin(a)
@@ -353,7 +353,7 @@ class AsyncFallgate(_Base):
     async def _turn(self, call: Call) -> GateResult:
         self._pool.check_open()
         ledger = Ledger()
-        seen: Seen = {}  # the client generations this turn used (scopes its rebuilds)
+        seen = Seen()  # the client generations this turn used (scopes its rebuilds)
 
         async def attempt(a: Attempt) -> Any:
             ledger.begin(a)

@@ -18,7 +18,9 @@ once, and the old one is closed when its last in-flight request lets go of it.
 Transport recovery is scoped to a client *generation*: each target's clients
 carry the generation they were built in, a turn notes the generation it leased
 (`Seen`), and its rebuild names it. When the target has been rebuilt since,
-the rebuild is already done and the turn reuses the new clients. So a burst of
+the rebuild is already done and the turn reuses the new clients; when its
+client answered another turn after this turn's attempt began, it is not broken
+(the server or the event loop is overloaded) and is kept. So a burst of
 turns that all saw the same broken client rebuilds it once, not once per turn:
 under overload, rebuilding per turn threw away every warm connection the other
 turns shared and sent a new wave of connects into an overflowing accept queue.
@@ -28,8 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
@@ -151,8 +155,15 @@ def async_openai_factory(timeout: float) -> AsyncClientFactory:
     return build
 
 
-#: One turn's view of the pool: target name -> the client generation it last leased.
-Seen = dict[str, int]
+class Seen:
+    """One turn's view of the pool: per target name, the client generation it last
+    leased and when (monotonic seconds)."""
+
+    __slots__ = ("generation", "leased_at")
+
+    def __init__(self) -> None:
+        self.generation: dict[str, int] = {}
+        self.leased_at: dict[str, float] = {}
 
 
 @attrs.define(eq=False)
@@ -176,6 +187,7 @@ class _Pool(Generic[C]):
         self._live: dict[tuple[str, str], _Entry[C]] = {}
         self._retired: list[_Entry[C]] = []
         self._generation: dict[str, int] = {}  # target name -> rebuilds so far
+        self._ok_at: dict[str, float] = {}  # target name -> last answer on its generation
         self._closed = False
         self.built = 0  # clients created so far (for tests and stats)
         self.rebuilds = 0  # transport recoveries that built new clients
@@ -206,7 +218,8 @@ class _Pool(Generic[C]):
     ) -> tuple[_Entry[C], list[C]]:
         name = target.name
         if seen is not None:  # noted first: a client that cannot be built was still seen
-            seen[name] = self._generation.get(name, 0)
+            seen.generation[name] = self._generation.get(name, 0)
+            seen.leased_at[name] = time.monotonic()
         key = cred.resolve(name)  # MissingCredential names the variable
         fp = _fingerprint(key)
         slot = (name, cred.id)
@@ -222,12 +235,14 @@ class _Pool(Generic[C]):
                 self._live[slot] = entry
             entry.users += 1
             if seen is not None:
-                seen[name] = entry.generation
+                seen.generation[name] = entry.generation
             return entry, self._collect() if self._retired else []
 
-    def _let_go(self, entry: _Entry[C]) -> list[C]:
+    def _let_go(self, entry: _Entry[C], name: str, ok: bool) -> list[C]:
         with self._lock:
             entry.users -= 1
+            if ok and entry.generation == self._generation.get(name, 0):
+                self._ok_at[name] = time.monotonic()
             return self._collect() if self._retired else []
 
     def _renew(self, target: Target, seen: Seen | None) -> list[C]:
@@ -240,13 +255,20 @@ class _Pool(Generic[C]):
             if self._closed:
                 raise RuntimeError("this fallgate client is closed")
             gen = self._generation.get(name, 0)
-            if seen is not None and name in seen and seen[name] < gen:
-                seen[name] = gen
-                return []
+            if seen is not None and name in seen.generation:
+                if seen.generation[name] < gen:  # rebuilt since this turn's client
+                    seen.generation[name] = gen
+                    return []
+                if self._ok_at.get(name, -math.inf) > seen.leased_at.get(name, math.inf):
+                    # It answered another turn since this turn's attempt began: not
+                    # broken (the server or the loop is overloaded); rebuilding would
+                    # only throw away its warm connections.
+                    return []
             gen += 1
             self._generation[name] = gen
+            self._ok_at.pop(name, None)
             if seen is not None:
-                seen[name] = gen
+                seen.generation[name] = gen
             for slot in [s for s in self._live if s[0] == name]:
                 self._retire(self._live.pop(slot))
             self.rebuilds += 1
@@ -309,10 +331,12 @@ class ClientPool(_Pool[openai.OpenAI]):
         entry, stale = self._acquire(target, cred, seen)
         if stale:
             _close_sync(stale)
+        ok = False
         try:
             yield entry.client
+            ok = True
         finally:
-            stale = self._let_go(entry)
+            stale = self._let_go(entry, target.name, ok)
             if stale:
                 _close_sync(stale)
 
@@ -335,10 +359,12 @@ class AsyncClientPool(_Pool[openai.AsyncOpenAI]):
         entry, stale = self._acquire(target, cred, seen)
         if stale:
             await _close_async(stale)
+        ok = False
         try:
             yield entry.client
+            ok = True
         finally:
-            stale = self._let_go(entry)
+            stale = self._let_go(entry, target.name, ok)
             if stale:
                 await _close_async(stale)
 

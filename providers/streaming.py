@@ -173,7 +173,7 @@ class FallgateStream(_StreamBase[E]):
         ends the turn `aborted`."""
         gate, d = self._sync_gate, self._delivery
         turn = self._step.turn
-        seen: Seen = {}  # the client generations this turn used (scopes its rebuilds)
+        seen = Seen()  # the client generations this turn used (scopes its rebuilds)
         steps = host_loop(
             turn,
             clock=self._step.clock,
@@ -251,7 +251,7 @@ class AsyncFallgateStream(_StreamBase[E]):
         """The turn on the asyncio host loop (see `FallgateStream._run`)."""
         gate, d = self._async_gate, self._delivery
         turn = self._step.turn
-        seen: Seen = {}  # the client generations this turn used (scopes its rebuilds)
+        seen = Seen()  # the client generations this turn used (scopes its rebuilds)
         steps = ahost_loop(
             turn,
             clock=self._step.clock,
