@@ -44,6 +44,7 @@ import openai
 from ..fsm import Target
 from ..fsm.errors import MissingCredential
 from ..fsm.policy import Credential
+from ..fsm.redact import safe_url
 from . import transport
 from .classify import ClientUnavailable
 from .transport import shared_ssl_context
@@ -113,7 +114,8 @@ def check_client(client: Any, target: Target, api_key: str) -> None:
     want = str(target.base_url).rstrip("/")
     if got != want or client.api_key != api_key:
         raise ValueError(
-            f"the SDK client for target {target.name} points at {got!r}, not {want!r} "
+            f"the SDK client for target {target.name} points at {safe_url(got)!r}, "
+            f"not {safe_url(want)!r} "
             "(or carries another key): refusing to send"
         )
 

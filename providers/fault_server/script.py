@@ -32,6 +32,10 @@ takes ``delay``, seconds before anything is sent):
   ``[DONE]``, no terminating chunk) or "hang" (stall ``seconds``, then cut);
   ``interval`` between chunks; ``error_shape``: "openai" (default) or
   "anthropic" (``event: error`` with ``{"type": "error", "error": {...}}``).
+- ``sse`` (stream requests only): ``events`` (required: a list of JSON objects or
+  strings, each sent as one ``data:`` event as it is, e.g. a chunk no real server
+  would send), ``done`` (true: end with ``data: [DONE]``), ``interval``, ``headers``.
+  For any 200 body without a stream, use ``status`` with ``status = 200``.
 - ``tool_calls``: ``tool_calls`` (required: a list of ``{name, arguments}``,
   ``arguments`` a JSON object or a string sent as-is, optional ``id``);
   ``text`` (content sent with the calls, default none), ``finish_reason``
@@ -77,6 +81,7 @@ KINDS = (
     "empty",
     "stream",
     "tool_calls",
+    "sse",
 )
 STREAM_ENDINGS = ("done", "error", "cut", "hang")
 ERROR_SHAPES = ("openai", "anthropic")
@@ -209,6 +214,7 @@ _FIELDS: dict[str, frozenset[str]] = {
     "tool_calls": frozenset(
         {"tool_calls", "text", "finish_reason", "chunks", "interval", "headers"}
     ),
+    "sse": frozenset({"events", "done", "interval", "headers"}),
 }
 
 
@@ -279,6 +285,8 @@ class Step:
     interval: float = 0.0
     error_shape: str = "openai"
     tool_calls: tuple[ToolCall, ...] = ()
+    events: tuple[Any, ...] = ()
+    done: bool = True
 
     @classmethod
     def parse(cls, raw: Any, path: Sequence[str | int] = ()) -> Step:
@@ -352,6 +360,12 @@ class Step:
                 out[key] = value
             elif key == "tool_calls":
                 out[key] = _tool_calls(value, at)
+            elif key == "events":
+                out[key] = _sse_events(value, at)
+            elif key == "done":
+                if not isinstance(value, bool):
+                    raise ScriptError(f"expected true or false, got {value!r}", at)
+                out[key] = value
             elif key == "error":
                 if not isinstance(value, Mapping):
                     raise ScriptError(
@@ -368,6 +382,10 @@ class Step:
         for key in ("error", "error_shape"):
             if kind == "stream" and key in out and out.get("then") != "error":
                 raise ScriptError('only used with then = "error"', (*where, key))
+        if kind == "sse" and "events" not in raw:
+            raise ScriptError(
+                "missing field (a list of events: JSON objects or strings)", (*where, "events")
+            )
         if kind == "tool_calls" and "tool_calls" not in raw:
             raise ScriptError(
                 "missing field (a list like [{name = ..., arguments = {...}}])",
@@ -382,6 +400,8 @@ class Step:
         if self.kind == "stream":
             n = self.chunks if isinstance(self.chunks, int) else len(self.chunks or ())
             return f"stream {n} then {self.then}"
+        if self.kind == "sse":
+            return f"sse {len(self.events)} event{'' if len(self.events) == 1 else 's'}"
         if self.kind == "tool_calls":
             return f"tool_calls {', '.join(c.name for c in self.tool_calls)}"
         if self.kind in ("timeout", "hang"):
@@ -389,6 +409,26 @@ class Step:
         if self.kind == "answer":
             return f"answer {self.text[:20]!r}" + (f" after {self.delay:g}s" if self.delay else "")
         return self.kind
+
+
+def _sse_events(raw: Any, path: tuple[str | int, ...]) -> tuple[Any, ...]:
+    """An ``sse`` step's events: JSON objects/arrays (sent as JSON) or strings (as-is)."""
+    if not isinstance(raw, list) or not raw:
+        raise ScriptError(f"expected a non-empty list of events, got {_short(raw)}", path)
+    for i, event in enumerate(raw):
+        if isinstance(event, str):
+            if "\n" in event or "\r" in event:
+                raise ScriptError("line breaks are not allowed in an event", (*path, i))
+        elif isinstance(event, Mapping | list):
+            try:
+                json.dumps(event)
+            except (TypeError, ValueError, RecursionError) as e:
+                raise ScriptError(f"not JSON: {type(e).__name__}", (*path, i)) from None
+        else:
+            raise ScriptError(
+                f"expected a JSON object or a string, got {_short(event)}", (*path, i)
+            )
+    return tuple(raw)
 
 
 #: Characters an HTTP field value may not hold (RFC 9110 5.5): controls but HTAB.
