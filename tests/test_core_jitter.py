@@ -71,7 +71,7 @@ def test_turns_waiting_on_one_cooldown_wake_spread_out_never_before_its_end(how)
     clock = VirtualClock(start=1000.0)
     end = clock.now() + 20.0
     if how.startswith("turn start"):
-        health.cool_target(p.targets[0].key, end, clock.now())
+        health.open_target(p.targets[0].key, end, clock.now())
     wakes = []
     for _ in range(TURNS):
         if how == "a rate-limited key":  # each turn got the same 429 at the same instant
@@ -104,8 +104,9 @@ def test_the_wake_spread_never_breaks_the_cap_or_the_deadline():
 def test_a_primary_whose_network_keeps_failing_is_benched_after_two_turns():
     """A sustained transport outage of the primary: the first two turns pay for it
     (3 attempts each, then the fallback answers); from the third on, turns skip the
-    benched primary and ask the fallback at once, until its cooldown ends."""
-    p = chain("m0", "m1")
+    benched primary and ask the fallback at once, until its cooldown ends (a breaker that
+    allows one failed turn: the default allows two)."""
+    p = chain("m0", "m1", breaker={"allowed_failures": 1})
     health = HealthStore()
     clock = VirtualClock(start=0.0)
     down = ["transport", "transport", "transport", "success"]
@@ -113,11 +114,11 @@ def test_a_primary_whose_network_keeps_failing_is_benched_after_two_turns():
         played = play(p, down, health=health, clock=clock, random=0.0)
         assert [a.target.name for a in played.calls] == ["primary"] * 3 + ["fallback_1"]
         clock.advance(1.0)
-    for _ in range(5):
+    for _ in range(3):  # the breaker opened at t=1 for 5 s: turns at 2, 3, 4 skip it
         played = play(p, ["success"], health=health, clock=clock, random=0.0)
         assert [a.target.name for a in played.calls] == ["fallback_1"]
         clock.advance(1.0)
-    bench = exp_cap(p.cooldown.initial, p.cooldown.multiplier, p.cooldown.cap, 1)  # streak 2
+    bench = exp_cap(p.cooldown.initial, p.cooldown.multiplier, p.cooldown.cap, 0)  # 1st opening
     clock.advance(bench)
     played = play(p, down, health=health, clock=clock, random=0.0)
     assert played.calls[0].target.name == "primary"  # probed again once the bench ends
