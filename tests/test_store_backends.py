@@ -39,7 +39,8 @@ def _store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
         url = server.url
 
     def make() -> Backend:
-        backend = open_backend(url)
+        # a generous command timeout: on a loaded CI machine 8 threads may queue past 0.5 s
+        backend = RedisBackend(url, timeout=5) if url.startswith("redis") else open_backend(url)
         opened.append(backend)
         return backend
 
