@@ -32,6 +32,7 @@ from ..fsm import otel as _otel
 from ..fsm.actions import Attempt
 from ..fsm.clock import Clock
 from ..fsm.turn import Hook
+from .bounds import abounded, attempt_bound, bounded
 from .calls import CHAT_CREATE, Call, Op, prepare
 from .chain import Chains
 from .classify import classifier_for
@@ -245,11 +246,12 @@ class Fallgate(_Base):
         def attempt(a: Attempt) -> Any:
             ledger.begin(a)
             try:
-                with self._pool.lease(a.target, a.credential) as client:
-                    reply = call.op.bind(self._configured(client))(
-                        **call.sdk_kwargs(a, self._timeout)
-                    )
-                    parsed = call.op.accept(reply)
+                with bounded(attempt_bound(call.policy, a)):
+                    with self._pool.lease(a.target, a.credential) as client:
+                        reply = call.op.bind(self._configured(client))(
+                            **call.sdk_kwargs(a, self._timeout)
+                        )
+                        parsed = call.op.accept(reply)
             except Exception as e:
                 _attempt_usage(ledger, e)
                 raise
@@ -354,11 +356,12 @@ class AsyncFallgate(_Base):
         async def attempt(a: Attempt) -> Any:
             ledger.begin(a)
             try:
-                async with self._pool.lease(a.target, a.credential) as client:
-                    reply = await call.op.bind(self._configured(client))(
-                        **call.sdk_kwargs(a, self._timeout)
-                    )
-                    parsed = call.op.accept(reply)
+                async with abounded(attempt_bound(call.policy, a)):
+                    async with self._pool.lease(a.target, a.credential) as client:
+                        reply = await call.op.bind(self._configured(client))(
+                            **call.sdk_kwargs(a, self._timeout)
+                        )
+                        parsed = call.op.accept(reply)
             except Exception as e:
                 _attempt_usage(ledger, e)
                 raise

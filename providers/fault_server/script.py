@@ -32,6 +32,15 @@ takes ``delay``, seconds before anything is sent):
   ``[DONE]``, no terminating chunk) or "hang" (stall ``seconds``, then cut);
   ``interval`` between chunks; ``error_shape``: "openai" (default) or
   "anthropic" (``event: error`` with ``{"type": "error", "error": {...}}``).
+- ``trickle_headers`` / ``trickle_body``: an ``answer`` (``text``) whose status
+  line and headers, or whose body, arrive one byte every ``interval`` (0.4)
+  for ``seconds`` (30; padded with a long header, or with leading whitespace /
+  an SSE comment).
+- ``keepalive``: 200 headers, then a keep-alive every ``interval`` (0.4) for
+  ``seconds`` (an SSE ``: keep-alive`` comment on streams, a newline, which JSON
+  ignores, otherwise), then the ``answer`` (``text``).
+- ``endless``: 200 headers, then ``bytes`` (65536) of padding every
+  ``interval`` (0) for ``seconds``, never a reply; then close.
 - ``tool_calls``: ``tool_calls`` (required: a list of ``{name, arguments}``,
   ``arguments`` a JSON object or a string sent as-is, optional ``id``);
   ``text`` (content sent with the calls, default none), ``finish_reason``
@@ -59,6 +68,7 @@ __all__ = [
     "ERROR_SHAPES",
     "KINDS",
     "STREAM_ENDINGS",
+    "TRICKLES",
     "Script",
     "ScriptError",
     "Step",
@@ -77,7 +87,15 @@ KINDS = (
     "empty",
     "stream",
     "tool_calls",
+    "trickle_headers",
+    "trickle_body",
+    "keepalive",
+    "endless",
 )
+#: The slow-server kinds: they send something every `interval` (default below).
+TRICKLES = ("trickle_headers", "trickle_body", "keepalive", "endless")
+TRICKLE_INTERVAL = 0.4
+_MAX_PIECE = 16 * 1024 * 1024
 STREAM_ENDINGS = ("done", "error", "cut", "hang")
 ERROR_SHAPES = ("openai", "anthropic")
 _MAX_SECONDS = 3600.0
@@ -194,6 +212,10 @@ _FIELDS: dict[str, frozenset[str]] = {
     "tool_calls": frozenset(
         {"tool_calls", "text", "finish_reason", "chunks", "interval", "headers"}
     ),
+    "trickle_headers": frozenset({"text", "interval", "seconds"}),
+    "trickle_body": frozenset({"text", "interval", "seconds"}),
+    "keepalive": frozenset({"text", "interval", "seconds"}),
+    "endless": frozenset({"interval", "seconds", "bytes"}),
 }
 
 
@@ -264,6 +286,7 @@ class Step:
     interval: float = 0.0
     error_shape: str = "openai"
     tool_calls: tuple[ToolCall, ...] = ()
+    bytes: int = 65536
 
     @classmethod
     def parse(cls, raw: Any, path: Sequence[str | int] = ()) -> Step:
@@ -331,6 +354,14 @@ class Step:
                 out[key] = value
             elif key == "tool_calls":
                 out[key] = _tool_calls(value, at)
+            elif key == "bytes":
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ScriptError(f"expected a whole number of bytes, got {value!r}", at)
+                if not 1 <= value <= _MAX_PIECE:
+                    raise ScriptError(
+                        f"expected a piece size between 1 and {_MAX_PIECE} bytes, got {value}", at
+                    )
+                out[key] = value
             elif key == "error":
                 if not isinstance(value, Mapping):
                     raise ScriptError(
@@ -347,6 +378,14 @@ class Step:
         for key in ("error", "error_shape"):
             if kind == "stream" and key in out and out.get("then") != "error":
                 raise ScriptError('only used with then = "error"', (*where, key))
+        if kind in TRICKLES:
+            if kind != "endless" and out.get("interval", TRICKLE_INTERVAL) <= 0:
+                raise ScriptError(
+                    "expected a positive interval (seconds between the pieces of a trickle), "
+                    f"got {out['interval']!r}",
+                    (*where, "interval"),
+                )
+            out.setdefault("interval", 0.0 if kind == "endless" else TRICKLE_INTERVAL)
         if kind == "tool_calls" and "tool_calls" not in raw:
             raise ScriptError(
                 "missing field (a list like [{name = ..., arguments = {...}}])",
@@ -365,6 +404,8 @@ class Step:
             return f"tool_calls {', '.join(c.name for c in self.tool_calls)}"
         if self.kind in ("timeout", "hang"):
             return f"{self.kind} {self.seconds:g}s"
+        if self.kind in TRICKLES:
+            return f"{self.kind} every {self.interval:g}s for {self.seconds:g}s"
         if self.kind == "answer":
             return f"answer {self.text[:20]!r}" + (f" after {self.delay:g}s" if self.delay else "")
         return self.kind
