@@ -199,7 +199,7 @@ def _transport_retry(s: TurnState, arg: int) -> bool:
 
 
 def _can_recover(s: TurnState, arg: int) -> bool:
-    return not s.visit.recovered
+    return not s.visit.recovered and s.before_deadline()
 
 
 def _server_retry(s: TurnState, arg: int) -> bool:
@@ -213,13 +213,17 @@ def _server_retry(s: TurnState, arg: int) -> bool:
 
 
 def _stream_retry(s: TurnState, arg: int) -> bool:
-    return s.visit.attempts < s.policy.max_attempts
+    return s.visit.attempts < s.policy.max_attempts and s.before_deadline()
 
 
 def _can_rotate(s: TurnState, arg: int) -> bool:
     v = s.visit
     cur = v.credential.id if v.credential is not None else None
-    return v.rotations < len(s.target.pool()) - 1 and s.free_credential(exclude=cur) is not None
+    return (
+        v.rotations < len(s.target.pool()) - 1
+        and s.before_deadline()
+        and s.free_credential(exclude=cur) is not None
+    )
 
 
 def _can_wait(s: TurnState, arg: int) -> bool:
@@ -274,21 +278,29 @@ TRANSPORT_RETRY: Final = Guard(
     "streak < {transport_faults_before_recovery}, attempts < {max_attempts}, not recovered, "
     "{backoff} fits the {deadline} deadline",
 )
-CAN_RECOVER: Final = Guard("can_recover", _can_recover, "recovery not yet used")
+CAN_RECOVER: Final = Guard(
+    "can_recover", _can_recover, "recovery not yet used, elapsed < {deadline}"
+)
 SERVER_RETRY: Final = Guard(
     "server_retry",
     _server_retry,
     "attempts < {max_attempts}, Retry-After ≤ {retry_after_cap}, "
     "{backoff} fits the {deadline} deadline",
 )
-STREAM_RETRY: Final = Guard("stream_retry", _stream_retry, "attempts < {max_attempts}")
-CAN_ROTATE: Final = Guard("can_rotate", _can_rotate, "another key free, rotations < keys-1")
+STREAM_RETRY: Final = Guard(
+    "stream_retry", _stream_retry, "attempts < {max_attempts}, elapsed < {deadline}"
+)
+CAN_ROTATE: Final = Guard(
+    "can_rotate",
+    _can_rotate,
+    "another key free, rotations < keys-1, elapsed < {deadline}",
+)
 CAN_WAIT: Final = Guard(
     "can_wait",
     _can_wait,
     "attempts < {max_attempts}, wait ≤ {retry_after_cap}, fits the {deadline} deadline",
 )
-NEXT_IS: Final = Guard("next_is", _next_is, "next eligible = {target}")
+NEXT_IS: Final = Guard("next_is", _next_is, "next eligible = {target}, elapsed < {deadline}")
 FIRST_IS: Final = Guard("first_is", _first_is, "first not cooling = {target}")
 SOONEST_IS: Final = Guard(
     "soonest_is",
@@ -416,7 +428,10 @@ def _fail(s: TurnState, arg: int) -> Action:
         return Fail(s.failure("every target is cooling beyond the Retry-After cap", FAILED))
     s.next_eligible()
     leave(s)
-    return Fail(s.failure(f"{s.target.name} ended with {s.describe(s.outcome)}", FAILED))
+    summary = f"{s.target.name} ended with {s.describe(s.outcome)}"
+    if not s.before_deadline():
+        summary += f"; the {s.policy.deadline:g}s deadline had passed"
+    return Fail(s.failure(summary, FAILED))
 
 
 def _abort(s: TurnState, arg: int) -> Action:

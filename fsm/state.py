@@ -306,7 +306,13 @@ class TurnState:
         return self.at - self.started
 
     def fits_deadline(self, wait: float) -> bool:
-        return self.elapsed() + wait <= self.policy.deadline
+        """A wait after which time is left for an attempt (strictly before the deadline)."""
+        return self.elapsed() + wait < self.policy.deadline
+
+    def before_deadline(self) -> bool:
+        """Time is left in the turn: an attempt may start (none starts at or after the
+        deadline: no fallback, rotation, recovery or retry with a sliver of time)."""
+        return self.at - self.started < self.policy.deadline
 
     def key_free_at(self, c: Credential) -> float:
         """When credential `c` of the current target may next be used."""
@@ -359,6 +365,8 @@ class TurnState:
 
     def ineligible(self, j: int, now: float) -> str | None:
         """Why target j cannot be entered now (None if it can)."""
+        if not self.before_deadline():
+            return f"not tried: the {self.policy.deadline:g}s deadline had passed"
         t = self.policy.targets[j]
         for k in self.tried:
             if k != j and self.policy.targets[k].same_as(t):
@@ -434,6 +442,8 @@ class TurnState:
         self.attempt_started = now = self.at
         p = self.policy
         left = p.deadline - (now - self.started)
+        # left > 0: every edge into an attempt checks the deadline (a wait that overslept
+        # it, the one exception, gets the shortest attempt, cut at once).
         timeout = p.attempt_timeout if p.attempt_timeout <= left else max(0.001, left)
         return Attempt(p.targets[ti], cred, timeout, n)
 
