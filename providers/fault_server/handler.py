@@ -427,7 +427,11 @@ class Handler(BaseHTTPRequestHandler):
             self._chunk(b"")
         elif step.then == "hang":
             self._hold(step.seconds)
-        # "cut" (and "hang" after holding): return with close_connection set,
+        elif step.then == "keepalive":  # alive, yet never another event
+            for _ in range(max(1, math.ceil(step.seconds / TRICKLE_INTERVAL))):
+                self._chunk(b": keep-alive\n\n")
+                self._hold(TRICKLE_INTERVAL)
+        # "cut" (and "hang", "keepalive" after holding): return with close_connection set,
         # so the socket closes with the chunked body unfinished.
 
     def _stream_chat(

@@ -29,7 +29,8 @@ takes ``delay``, seconds before anything is sent):
   "chunk-2 ", ...; or a list of strings), then ``then``: "done" (a finish
   chunk and ``[DONE]``), "error" (an SSE ``data: {"error": ...}`` event with
   ``error`` as its object, then close), "cut" (close mid-stream: no
-  ``[DONE]``, no terminating chunk) or "hang" (stall ``seconds``, then cut);
+  ``[DONE]``, no terminating chunk), "hang" (stall ``seconds``, then cut) or
+  "keepalive" (an SSE ``: keep-alive`` comment every 0.4 s for ``seconds``, then cut);
   ``interval`` between chunks; ``error_shape``: "openai" (default) or
   "anthropic" (``event: error`` with ``{"type": "error", "error": {...}}``).
 - ``trickle_headers`` / ``trickle_body``: an ``answer`` (``text``) whose status
@@ -96,7 +97,7 @@ KINDS = (
 TRICKLES = ("trickle_headers", "trickle_body", "keepalive", "endless")
 TRICKLE_INTERVAL = 0.4
 _MAX_PIECE = 16 * 1024 * 1024
-STREAM_ENDINGS = ("done", "error", "cut", "hang")
+STREAM_ENDINGS = ("done", "error", "cut", "hang", "keepalive")
 ERROR_SHAPES = ("openai", "anthropic")
 _MAX_SECONDS = 3600.0
 
