@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from .turn import Hook
 
 UNSET: Final = -2  # a per-event cache that has not been computed yet
+#: The least time left in the turn that an attempt is started with (seconds): less than
+#: that is no attempt, only a request cut as it leaves (and clock rounding).
+MIN_ATTEMPT: Final = 0.001
 
 
 class Visit:
@@ -306,13 +309,13 @@ class TurnState:
         return self.at - self.started
 
     def fits_deadline(self, wait: float) -> bool:
-        """A wait after which time is left for an attempt (strictly before the deadline)."""
-        return self.elapsed() + wait < self.policy.deadline
+        """A wait after which time is left for an attempt (`MIN_ATTEMPT` at least)."""
+        return self.elapsed() + wait + MIN_ATTEMPT <= self.policy.deadline
 
     def before_deadline(self) -> bool:
-        """Time is left in the turn: an attempt may start (none starts at or after the
-        deadline: no fallback, rotation, recovery or retry with a sliver of time)."""
-        return self.at - self.started < self.policy.deadline
+        """Time is left in the turn for an attempt (`MIN_ATTEMPT` at least): none starts
+        at or after the deadline, no fallback, rotation, recovery or retry gets a sliver."""
+        return self.at - self.started + MIN_ATTEMPT <= self.policy.deadline
 
     def key_free_at(self, c: Credential) -> float:
         """When credential `c` of the current target may next be used."""
@@ -442,9 +445,9 @@ class TurnState:
         self.attempt_started = now = self.at
         p = self.policy
         left = p.deadline - (now - self.started)
-        # left > 0: every edge into an attempt checks the deadline (a wait that overslept
-        # it, the one exception, gets the shortest attempt, cut at once).
-        timeout = p.attempt_timeout if p.attempt_timeout <= left else max(0.001, left)
+        # left >= MIN_ATTEMPT: every edge into an attempt checks the deadline (a host's wait
+        # that overslept it, the one exception, gets the shortest attempt, cut at once).
+        timeout = p.attempt_timeout if p.attempt_timeout <= left else max(MIN_ATTEMPT, left)
         return Attempt(p.targets[ti], cred, timeout, n)
 
     def rebuild(self) -> Rebuild:
