@@ -274,8 +274,10 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile = real
         return buf.getvalue()
 
-    def _dribble(self, data: bytes, interval: float, size: int = 1) -> None:
-        """Send `data` `size` bytes at a time, `interval` seconds apart."""
+    def _dribble(self, data: bytes, interval: float, pieces: int) -> None:
+        """Send `data` in `pieces` pieces (a byte each when it is that short), `interval`
+        seconds apart: it takes ``(pieces - 1) * interval`` seconds."""
+        size = max(1, math.ceil(len(data) / max(1, pieces)))
         for i in range(0, len(data), size):
             if i:
                 self._hold(interval)
@@ -303,7 +305,7 @@ class Handler(BaseHTTPRequestHandler):
         status_line, _, fields = head.partition(b"\r\n")
         if step.kind == "trickle_headers":
             pad = b"X-Trickle: " + b"." * max(1, pieces - len(head)) + b"\r\n"
-            self._dribble(status_line + b"\r\n" + pad + fields + b"\r\n\r\n", interval)
+            self._dribble(status_line + b"\r\n" + pad + fields + b"\r\n\r\n", interval, pieces)
             self.wfile.write(body)
             self.wfile.flush()
             return
@@ -311,7 +313,8 @@ class Handler(BaseHTTPRequestHandler):
             if step.kind == "trickle_body":
                 comment = b": " + b"." * max(1, pieces) + b"\n\n"
                 self.wfile.write(head + b"\r\n\r\n")
-                self._dribble(b"%X\r\n%s\r\n" % (len(comment), comment) + body, interval)
+                data = b"%X\r\n%s\r\n" % (len(comment), comment) + body
+                self._dribble(data, interval, pieces)
             else:
                 self.wfile.write(head + b"\r\n\r\n")
                 self.wfile.flush()
@@ -322,7 +325,7 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             return
         # a JSON body: leading whitespace, which JSON ignores; Content-Length grows to match
-        pad = (b" " if step.kind == "trickle_body" else b"\n") * pieces
+        pad = b" " * max(0, pieces - len(body)) if step.kind == "trickle_body" else b"\n" * pieces
         length = b"Content-Length: %d" % (len(pad) + len(body))
         lines = [
             length if f.lower().startswith(b"content-length:") else f for f in fields.split(b"\r\n")
@@ -330,9 +333,9 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(status_line + b"\r\n" + b"\r\n".join(lines) + b"\r\n\r\n")
         self.wfile.flush()
         if step.kind == "trickle_body":
-            self._dribble(pad + body, interval)
+            self._dribble(pad + body, interval, pieces)
         else:
-            self._dribble(pad, interval)
+            self._dribble(pad, interval, pieces)
             self.wfile.write(body)
             self.wfile.flush()
 
