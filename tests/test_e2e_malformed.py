@@ -119,9 +119,7 @@ def test_odd_retry_after_values_are_tolerated(
     rl = {"kind": "status", "status": 429, "headers": {"retry-after": value}}
     fault_server.script({"models": {"a": [rl]}})
     # prefer_waiting: with no fallback the engine may wait for the same key
-    p = chain(
-        "a", server=fault_server, attempt_timeout=0.5, prefer_waiting=True, retry_after_cap=5
-    )
+    p = chain("a", server=fault_server, attempt_timeout=0.5, prefer_waiting=True, retry_after_cap=5)
     with Fallgate(p) as gate:
         if value == "1e308":  # a day: beyond the cap, the turn fails rather than sleeping
             with pytest.raises(TurnFailed) as info:

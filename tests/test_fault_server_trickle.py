@@ -70,7 +70,7 @@ def test_trickle_body_sends_headers_at_once_then_the_body_in_pieces(fault_server
     fault_server.script(
         {
             "models": {
-                "m": [{"kind": "trickle_body", "text": "slow", "interval": 0.02, "seconds": 0.5}]
+                "m": [{"kind": "trickle_body", "text": "slow", "interval": 0.001, "seconds": 0.5}]
             }
         }
     )
