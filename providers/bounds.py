@@ -187,10 +187,11 @@ class _Stream:
             data: bytes = self._s.read(max_bytes, timeout)
             return data
         core = self._core
+        t = _limit(b, timeout, core, "ReadTimeout")
         try:
-            data = self._s.read(max_bytes, _limit(b, timeout, core, "ReadTimeout"))
+            data = self._s.read(max_bytes, t)
         except core.ReadTimeout:
-            if b.deadline <= _MONOTONIC():
+            if timeout is None or t < timeout:  # the bound, not the read's own limit, ran out
                 b.tripped = b.tripped or "time"
             raise
         return _counted(b, data, core)
@@ -231,10 +232,11 @@ class _AsyncStream:
             data: bytes = await self._s.read(max_bytes, timeout)
             return data
         core = self._core
+        t = _limit(b, timeout, core, "ReadTimeout")
         try:
-            data = await self._s.read(max_bytes, _limit(b, timeout, core, "ReadTimeout"))
+            data = await self._s.read(max_bytes, t)
         except core.ReadTimeout:
-            if b.deadline <= _MONOTONIC():
+            if timeout is None or t < timeout:  # the bound, not the read's own limit, ran out
                 b.tripped = b.tripped or "time"
             raise
         return _counted(b, data, core)

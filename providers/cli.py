@@ -80,7 +80,6 @@ def graphviz_hint(fmt: str) -> str:
     )
 
 
-
 class CliError(Exception):
     """A user-facing failure: printed as one message, exit status `code`."""
 

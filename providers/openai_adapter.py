@@ -246,8 +246,9 @@ class Fallgate(_Base):
         def attempt(a: Attempt) -> Any:
             ledger.begin(a)
             try:
-                with bounded(attempt_bound(call.policy, a)):
-                    with self._pool.lease(a.target, a.credential) as client:
+                with self._pool.lease(a.target, a.credential) as client:
+                    # bounded from here: building a client is not the server's time
+                    with bounded(attempt_bound(call.policy, a)):
                         reply = call.op.bind(self._configured(client))(
                             **call.sdk_kwargs(a, self._timeout)
                         )
@@ -356,8 +357,9 @@ class AsyncFallgate(_Base):
         async def attempt(a: Attempt) -> Any:
             ledger.begin(a)
             try:
-                async with abounded(attempt_bound(call.policy, a)):
-                    async with self._pool.lease(a.target, a.credential) as client:
+                async with self._pool.lease(a.target, a.credential) as client:
+                    # bounded from here: building a client is not the server's time
+                    async with abounded(attempt_bound(call.policy, a)):
                         reply = await call.op.bind(self._configured(client))(
                             **call.sdk_kwargs(a, self._timeout)
                         )

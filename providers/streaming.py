@@ -182,9 +182,9 @@ class FallgateStream(_StreamBase[E]):
             while type(action) is Attempt:
                 error: BaseException | None = None
                 kwargs = self._begin(action)
-                bound = attempt_bound(self._call.policy, action)
                 try:
                     with gate._pool.lease(action.target, action.credential) as client:
+                        bound = attempt_bound(self._call.policy, action)  # from the lease on
                         with _otel.attempt_scope(turn), bounded(bound):  # SDK spans nest under it
                             sdk = self._call.op.bind(gate._configured(client))(**kwargs)
                         with sdk:
@@ -265,9 +265,9 @@ class AsyncFallgateStream(_StreamBase[E]):
             while type(action) is Attempt:
                 error: BaseException | None = None
                 kwargs = self._begin(action)
-                bound = attempt_bound(self._call.policy, action)
                 try:
                     async with gate._pool.lease(action.target, action.credential) as client:
+                        bound = attempt_bound(self._call.policy, action)  # from the lease on
                         with _otel.attempt_scope(turn):  # the SDK's HTTP spans nest under it
                             async with abounded(bound):
                                 sdk = await self._call.op.bind(gate._configured(client))(**kwargs)
