@@ -32,12 +32,15 @@ backstop for clients whose transport cannot be wrapped).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import inspect
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+import weakref
+from collections.abc import Iterator
+from types import TracebackType
 from typing import Any, Final
 
 from ..fsm.actions import Attempt
@@ -52,6 +55,7 @@ __all__ = [
     "attempt_bound",
     "bounded",
     "instrument",
+    "is_instrumented",
 ]
 
 _MONOTONIC = time.monotonic
@@ -127,28 +131,47 @@ def bounded(bound: AttemptBound) -> Iterator[AttemptBound]:
         _CURRENT.reset(token)
 
 
-@contextlib.asynccontextmanager
-async def abounded(bound: AttemptBound) -> AsyncIterator[AttemptBound]:
-    """The asyncio twin of `bounded`, with ``asyncio.timeout`` at the deadline as a
-    backstop. Never hold it across a ``yield`` to the caller."""
-    import asyncio
+class abounded:  # lower case: used like a function, ``async with abounded(bound):``
+    """The asyncio twin of `bounded`; with `backstop`, also ``asyncio.timeout`` at the
+    deadline (for a client whose transport `instrument` could not wrap, and for time
+    spent outside the socket). Never hold it across a ``yield`` to the caller. A class,
+    not a generator: a stream enters one per event."""
 
-    token = _CURRENT.set(bound)
-    try:
-        async with asyncio.timeout(max(0.0, bound.left())):
-            yield bound
-    except TimeoutError as e:
-        if bound.tripped is None:
-            if bound.left() > 0:  # not the deadline's: someone else's timeout
-                raise
+    __slots__ = ("_backstop", "_bound", "_timeout", "_token")
+
+    def __init__(self, bound: AttemptBound, *, backstop: bool = True) -> None:
+        self._bound = bound
+        self._backstop = backstop
+        self._timeout: Any = None
+        self._token: Any = None
+
+    async def __aenter__(self) -> AttemptBound:
+        self._token = _CURRENT.set(self._bound)
+        if self._backstop:
+            self._timeout = asyncio.timeout(max(0.0, self._bound.left()))
+            await self._timeout.__aenter__()
+        return self._bound
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        bound = self._bound
+        try:
+            if self._timeout is not None:
+                await self._timeout.__aexit__(
+                    et, e, tb
+                )  # a CancelledError of its own: TimeoutError
+        except TimeoutError as te:
+            if bound.tripped is None:
+                bound.tripped = "time"
+            raise bound.error() from te
+        finally:
+            _CURRENT.reset(self._token)
+        if isinstance(e, TimeoutError) and bound.tripped is None and bound.left() <= 0:
             bound.tripped = "time"
-        raise bound.error() from e
-    except Exception as e:
-        if bound.tripped is not None:
+        if isinstance(e, Exception) and bound.tripped is not None:
             raise bound.error() from e
-        raise
-    finally:
-        _CURRENT.reset(token)
+        return False
 
 
 # -- the network layer --------------------------------------------------------------------------
@@ -333,6 +356,18 @@ def _wrap_pool(pool: Any) -> bool:
     return True
 
 
+#: HTTP clients whose every transport `instrument` wrapped (held weakly).
+_WRAPPED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def is_instrumented(client: Any) -> bool:
+    """Do `client`'s requests obey the attempt bounds at the socket (`instrument`)?"""
+    try:
+        return getattr(client, "_client", client) in _WRAPPED
+    except TypeError:
+        return False
+
+
 def instrument(client: Any) -> bool:
     """Make `client`'s requests obey the attempt bounds (an `openai.OpenAI` /
     `AsyncOpenAI`, or an httpx / httpx2 client). Call it before the client's first
@@ -350,4 +385,7 @@ def instrument(client: Any) -> bool:
             continue
         if not _wrap_pool(getattr(t, "_pool", None)):
             ok = False
+    if ok:
+        with contextlib.suppress(TypeError):
+            _WRAPPED.add(http_client)
     return ok

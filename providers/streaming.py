@@ -29,7 +29,7 @@ from ..fsm.actions import Action, Attempt, Finish
 from ..fsm.drivers import _Step
 from ..fsm.host import ahost_loop, host_loop
 from ..fsm.trace import TraceEvent
-from .bounds import abounded, attempt_bound, bounded
+from .bounds import abounded, attempt_bound, bounded, is_instrumented
 from .calls import Call
 from .classify import classifier_for
 from .deliveries import delivery_for
@@ -268,6 +268,8 @@ class AsyncFallgateStream(_StreamBase[E]):
                 try:
                     async with gate._pool.lease(action.target, action.credential) as client:
                         bound = attempt_bound(self._call.policy, action)  # from the lease on
+                        # per event, asyncio.timeout only where the socket is not bounded
+                        backstop = not is_instrumented(client)
                         with _otel.attempt_scope(turn):  # the SDK's HTTP spans nest under it
                             async with abounded(bound):
                                 sdk = await self._call.op.bind(gate._configured(client))(**kwargs)
@@ -275,7 +277,7 @@ class AsyncFallgateStream(_StreamBase[E]):
                             events = aiter(sdk)
                             while True:
                                 # the bound covers the wait for each event, never the caller
-                                async with abounded(bound):
+                                async with abounded(bound, backstop=backstop):
                                     event = await anext(events, _END)
                                 if event is _END:
                                     break

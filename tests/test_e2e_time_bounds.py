@@ -396,3 +396,59 @@ def test_a_hundred_threads_of_sync_turns_end_at_their_deadline(fault_server):
             t.join(timeout=30)
     assert len(took) == 100
     assert max(took) < 1.5 + 1.5, f"slowest turn {max(took):.2f} s"
+
+
+# -- clients whose transport cannot be wrapped ---------------------------------------------------
+
+
+class _OwnTransport:
+    """A transport of the caller's own (no connection pool fallgate can reach): it hands
+    each request to a real one it keeps to itself."""
+
+    def __init__(self) -> None:
+        from fallgate.providers import transport
+
+        self._inner = transport.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: Any) -> Any:
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _own_transport_factory(target: Any, api_key: str) -> Any:
+    import openai
+    from fallgate.providers import transport
+
+    base = transport.http.AsyncBaseTransport
+    own = type("OwnTransport", (_OwnTransport, base), {})()
+    http_client = transport.http.AsyncClient(transport=own)
+    return openai.AsyncOpenAI(
+        base_url=target.base_url, api_key=api_key, max_retries=0, http_client=http_client
+    )
+
+
+def test_only_clients_on_the_librarys_own_transport_are_instrumented(fault_server):
+    from fallgate.providers.bounds import instrument, is_instrumented
+    from fallgate.providers.pools import async_openai_factory
+
+    policy = _slow_then_fast(fault_server)
+    ours = async_openai_factory(1.0)(policy.targets[0], "sk-test")
+    theirs = _own_transport_factory(policy.targets[0], "sk-test")
+    assert instrument(ours) and is_instrumented(ours)
+    assert not instrument(theirs) and not is_instrumented(theirs)
+
+
+async def test_async_a_client_of_your_own_is_still_cut_at_the_attempt_bound(fault_server):
+    """A `client_factory` client whose transport fallgate cannot wrap: the asyncio
+    wrappers still cut the attempt at its total bound (``asyncio.timeout``)."""
+    fault_server.script(_script(SLOW["trickled body"]))
+    policy = _slow_then_fast(fault_server)
+    async with AsyncFallgate(policy, client_factory=_own_transport_factory) as gate:
+        t0 = time.monotonic()
+        result = await gate.arun(messages=MESSAGES)
+        took = time.monotonic() - t0
+    assert result.value.choices[0].message.content == "fast answer"
+    assert "AttemptTimeout" in _primary_event(result.trace).detail
+    assert took < 1 + SLACK
