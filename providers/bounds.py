@@ -26,8 +26,10 @@ A tripped bound raises the library's own ``ReadTimeout`` / ``ReadError``
 inside it (so the connection is dropped the way the library drops any broken
 one); `bounded` then raises `AttemptTimeout` (a transport fault) or
 `BodyTooLarge` (a malformed reply) in place of whatever the SDK made of it.
-The asyncio drivers also run each bounded step under ``asyncio.timeout`` (a
-backstop for clients whose transport cannot be wrapped).
+For a client whose transport cannot be wrapped (a transport of the caller's
+own), the asyncio wrappers run each bounded step under ``asyncio.timeout``
+instead (`abounded` with ``backstop``); a sync one keeps only the SDK's
+per-phase timeouts.
 """
 
 from __future__ import annotations

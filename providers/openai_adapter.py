@@ -32,7 +32,7 @@ from ..fsm import otel as _otel
 from ..fsm.actions import Attempt
 from ..fsm.clock import Clock
 from ..fsm.turn import Hook
-from .bounds import abounded, attempt_bound, bounded
+from .bounds import abounded, attempt_bound, bounded, is_instrumented
 from .calls import CHAT_CREATE, Call, Op, prepare
 from .chain import Chains
 from .classify import classifier_for
@@ -358,8 +358,10 @@ class AsyncFallgate(_Base):
             ledger.begin(a)
             try:
                 async with self._pool.lease(a.target, a.credential) as client:
-                    # bounded from here: building a client is not the server's time
-                    async with abounded(attempt_bound(call.policy, a)):
+                    # bounded from here: building a client is not the server's time;
+                    # asyncio.timeout too where the socket is not bounded (`instrument`)
+                    backstop = not is_instrumented(client)
+                    async with abounded(attempt_bound(call.policy, a), backstop=backstop):
                         reply = await call.op.bind(self._configured(client))(
                             **call.sdk_kwargs(a, self._timeout)
                         )

@@ -271,7 +271,7 @@ class AsyncFallgateStream(_StreamBase[E]):
                         # per event, asyncio.timeout only where the socket is not bounded
                         backstop = not is_instrumented(client)
                         with _otel.attempt_scope(turn):  # the SDK's HTTP spans nest under it
-                            async with abounded(bound):
+                            async with abounded(bound, backstop=backstop):
                                 sdk = await self._call.op.bind(gate._configured(client))(**kwargs)
                         async with sdk:
                             events = aiter(sdk)
