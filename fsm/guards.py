@@ -236,6 +236,10 @@ def _can_wait(s: TurnState, arg: int) -> bool:
     return wait <= s.policy.retry_after_cap and s.fits_deadline(wait)
 
 
+def _in_time(s: TurnState, arg: int) -> bool:
+    return s.before_deadline()
+
+
 def _next_is(s: TurnState, arg: int) -> bool:
     return s.next_eligible() == arg
 
@@ -300,6 +304,7 @@ CAN_WAIT: Final = Guard(
     _can_wait,
     "attempts < {max_attempts}, wait ≤ {retry_after_cap}, fits the {deadline} deadline",
 )
+IN_TIME: Final = Guard("in_time", _in_time, "elapsed < {deadline}")
 NEXT_IS: Final = Guard("next_is", _next_is, "next eligible = {target}, elapsed < {deadline}")
 FIRST_IS: Final = Guard("first_is", _first_is, "first not cooling = {target}")
 SOONEST_IS: Final = Guard(
@@ -315,6 +320,7 @@ GUARDS: Final = (
     STREAM_RETRY,
     CAN_ROTATE,
     CAN_WAIT,
+    IN_TIME,
     NEXT_IS,
     FIRST_IS,
     SOONEST_IS,
@@ -434,6 +440,24 @@ def _fail(s: TurnState, arg: int) -> Action:
     return Fail(s.failure(summary, FAILED))
 
 
+def _late(s: TurnState, arg: int) -> Action:
+    """A wait or a rebuild that ran past the deadline: fail without another attempt.
+    Only words are recorded (the host's reply is no outcome: no cooldown from it)."""
+    v = s.visit
+    t = s.target
+    deadline = f"{s.policy.deadline:g}s"
+    s.next_eligible()
+    if v.attempts:
+        s.reasons[t.name] = (v.attempts, s.outcome)
+    else:
+        s.reasons[t.name] = f"not tried: the {deadline} deadline passed while waiting for it"
+    for j, why in s._skips.items():
+        s.reasons.setdefault(s.policy.targets[j].name, why)
+    last = f" (last: {s.describe(s.outcome)})" if v.attempts else ""
+    summary = f"the {deadline} deadline passed before {t.name} could be called{last}"
+    return Fail(s.failure(summary, FAILED))
+
+
 def _abort(s: TurnState, arg: int) -> Action:
     if s.outcome is None or s.outcome.kind is not OutcomeKind.CANCELLED:
         s.outcome = CANCELLED_OUTCOME
@@ -453,6 +477,7 @@ WAIT_RATE_LIMIT: Final = Effect(
 WAIT_FOR_TARGET: Final = Effect("wait_for_target", _wait_for_target, "wait for {target}")
 FINISH: Final = Effect("finish", _finish, "answer")
 FAIL: Final = Effect("fail", _fail, "fail with every target's reason")
+LATE: Final = Effect("late", _late, "fail: the deadline passed")
 ABORT: Final = Effect("abort", _abort, "abort")
 
 EFFECTS: Final = (
@@ -467,6 +492,7 @@ EFFECTS: Final = (
     WAIT_FOR_TARGET,
     FINISH,
     FAIL,
+    LATE,
     ABORT,
 )
 

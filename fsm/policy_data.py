@@ -37,7 +37,6 @@ from .traits import DEFAULT_RULES, FAULT_KINDS, Rule
 __all__ = ["policy_from_dict"]
 
 
-
 def _init_fields(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in attrs.fields(cls) if f.init)
 
