@@ -299,9 +299,16 @@ def test_the_overview_labels_are_read_off_the_declaration():
             assert words in flat, words
     assert "attempts #lt; 4, wait ≤ 12s, fits the 90s deadline" in flat
     # an edge and its way back are one double-headed arrow; rotation is written in its state
-    back = r"s_primary <-->\|\"transport .*← waited\"\| s_primary_transport_backoff"
+    # (the way back is guarded too: no attempt after the deadline)
+    back = (
+        r"s_primary <-->\|\"transport .*← waited \[elapsed #lt; 90s\]\"\| "
+        r"s_primary_transport_backoff"
+    )
     assert re.search(back, flat)
-    assert re.search(r"s_primary <-->\|\"transport .*← rebuilt\"\| s_primary_recovering", flat)
+    rebuilt = (
+        r"s_primary <-->\|\"transport .*← rebuilt \[elapsed #lt; 90s\]\"\| s_primary_recovering"
+    )
+    assert re.search(rebuilt, flat)
     assert "s_primary --> s_primary" not in text
     assert "↻ rate_limited, quota, auth" in flat and "call with the next key" in flat
     assert "fault* = transport, rate_limited, quota, overloaded, auth, not_found," in flat
