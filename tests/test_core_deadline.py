@@ -131,3 +131,50 @@ def test_a_host_that_honours_attempt_timeouts_ends_every_turn_by_its_deadline(
         assert start < deadline
         assert 0 < timeout and start + timeout <= deadline + 1e-6
     assert host.elapsed <= deadline + 1e-6
+
+
+class LateHost(Host):
+    """A host whose waits and rebuilds overrun: each takes `overrun` seconds more."""
+
+    def __init__(self, *args: Any, overrun: float, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.overrun = overrun
+        self.rebuilds = 0
+
+    def run(self) -> Any:
+        turn, clock = self.turn, self.clock
+
+        class Late(VirtualClock):
+            def sleep(inner, seconds: float) -> None:
+                clock.advance(seconds + self.overrun)
+
+        late = Late(clock.t)
+
+        def rebuild(target: Any) -> None:
+            self.rebuilds += 1
+            clock.advance(self.overrun)
+
+        return next(host_loop(turn, clock=late, attempt=self.attempt, rebuild=rebuild))
+
+
+def test_a_wait_that_overruns_the_deadline_ends_the_turn_without_another_attempt():
+    """The host slept past the deadline (a late wake-up): no 1 ms attempt follows."""
+    policy = chain("a", attempt_timeout=5, deadline=10)
+    ra = Outcome(OutcomeKind.RATE_LIMITED, status=429, retry_after=8.0)
+    host = LateHost(policy, [ra, Outcome.success("too late")], seconds=0.0, overrun=3.0)
+    end = host.run()
+    assert isinstance(end, Fail)
+    assert host.starts == [0.0]
+    assert str(end.error).startswith("turn failed: the 10s deadline passed before primary")
+    assert host.turn.trace[-1].source == "primary_rate_limited"
+
+
+def test_a_rebuild_that_overruns_the_deadline_ends_the_turn_without_another_attempt():
+    policy = chain("a", "b", attempt_timeout=4, deadline=10, backoff={"initial": 0.0})
+    host = LateHost(policy, [], seconds=4.0, overrun=5.0)
+    end = host.run()
+    assert isinstance(end, Fail)
+    assert host.rebuilds == 1
+    assert all(s < 10 for s in host.starts), host.starts
+    assert "deadline passed before primary could be called" in str(end.error)
+    assert end.error.reasons["fallback_1"] == "not tried: the 10s deadline had passed"
