@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from . import error_body
 from .backoff import parse_retry_after
 from .outcomes import Outcome, OutcomeKind
 
@@ -34,33 +35,50 @@ def _body_text(body: Any) -> str:
 
 
 def body_kind(body: str) -> OutcomeKind | None:
-    """What an error body says, regardless of status (None if nothing specific)."""
-    low = body.lower()
-    if "insufficient_quota" in low or ("billing" in low and "quota" in low):
+    """What an error body says, regardless of status (None if nothing specific):
+    its structured fields first, then whole phrases (`fsm.error_body.read`)."""
+    reading = error_body.read(body)
+    return None if reading is None else reading.kind
+
+
+def _status_kind(status: int) -> OutcomeKind:
+    """The class of an HTTP error status when the body says nothing more."""
+    if status in (401, 403):
+        return OutcomeKind.AUTH
+    if status == 402:
         return OutcomeKind.QUOTA
-    if (
-        "context_length_exceeded" in low
-        or "maximum context length" in low
-        or ("context window" in low and ("exceed" in low or "too long" in low))
-        or "prompt is too long" in low
-    ):
-        return OutcomeKind.CONTEXT_TOO_LONG
-    if "content_filter" in low or "content_policy" in low or "content management policy" in low:
-        return OutcomeKind.CONTENT_FILTERED
-    if "model_not_found" in low or (
-        "model" in low
-        and (
-            "does not exist" in low
-            or "not found" in low
-            or "unknown model" in low
-            or "not supported" in low
-            or "unsupported" in low
-        )
-    ):
+    if status == 404:
         return OutcomeKind.NOT_FOUND
-    if "overloaded" in low:
+    if status == 408:
+        return OutcomeKind.TRANSPORT
+    if status == 413:
+        return OutcomeKind.CONTEXT_TOO_LONG
+    if status == 429:
+        return OutcomeKind.RATE_LIMITED
+    if status == 409 or status in _OVERLOADED_STATUS or status >= 500:
         return OutcomeKind.OVERLOADED
-    return None
+    return OutcomeKind.BAD_REQUEST
+
+
+def _body_decides(status: int, reading: error_body.Reading) -> bool:
+    """Whether what the body says overrides the status.
+
+    A structured field (a code, a gRPC status, a reason, a quota id) is more
+    precise than the status wherever it comes (a billing code in a 400, a
+    context-overflow type in llama.cpp's 500). Words alone decide only within
+    4xx, and a 429 keeps its rate-limit meaning unless they name a spent
+    balance or an overloaded server; a 408 stays a transport fault."""
+    if status == 408:
+        return False
+    if reading.structured:
+        return True
+    if status >= 500:
+        return False
+    if status == 429:
+        return reading.kind in (OutcomeKind.QUOTA, OutcomeKind.OVERLOADED)
+    if reading.kind is OutcomeKind.OVERLOADED:
+        return False  # "overloaded" in a 4xx's words is no server fault
+    return True
 
 
 def classify_status(
@@ -71,49 +89,32 @@ def classify_status(
     now: float | None = None,
     error: BaseException | None = None,
 ) -> Outcome:
-    """Map an HTTP error response to an outcome (the outcome table in docs/design.md)."""
+    """Map an HTTP error response to an outcome (the outcome table in docs/design.md;
+    the rules in docs/providers.md, "How provider errors are classified")."""
     text = _body_text(body)
-    ra = parse_retry_after(headers, text, now if now is not None else time.time())
-    hint = body_kind(text)
     detail = _short(text) or f"HTTP {status}"
-    kind: OutcomeKind
     if 200 <= status < 300:
-        kind = OutcomeKind.SUCCESS
-    elif status in (401, 403):
-        kind = OutcomeKind.AUTH
-    elif status == 402:
-        kind = OutcomeKind.QUOTA
-    elif status == 404:
-        kind = OutcomeKind.NOT_FOUND
-    elif status == 408:
-        kind = OutcomeKind.TRANSPORT
-    elif status == 413:
-        kind = OutcomeKind.CONTEXT_TOO_LONG
-    elif status == 429:
-        kind = (
-            hint
-            if hint in (OutcomeKind.QUOTA, OutcomeKind.OVERLOADED)
-            else (OutcomeKind.RATE_LIMITED)
+        ra = parse_retry_after(headers, text, now if now is not None else time.time())
+        return Outcome(OutcomeKind.SUCCESS, status=status, retry_after=ra, detail=detail)
+    if status < 400:
+        return Outcome(
+            OutcomeKind.BAD_REQUEST,
+            status=status,
+            retry_after=parse_retry_after(headers, text, now if now is not None else time.time()),
+            detail=f"unexpected HTTP status {status}",
+            error=error,
         )
-    elif status in (400, 422):
-        kind = (
-            hint
-            if hint is not None
-            and hint is not OutcomeKind.OVERLOADED
-            and hint is not (OutcomeKind.QUOTA)
-            else OutcomeKind.BAD_REQUEST
-        )
-    elif status == 409 or status in _OVERLOADED_STATUS or status >= 500:
-        kind = OutcomeKind.OVERLOADED
-    elif 400 <= status < 500:
-        kind = (
-            hint
-            if hint in (OutcomeKind.CONTEXT_TOO_LONG, OutcomeKind.CONTENT_FILTERED)
-            else (OutcomeKind.BAD_REQUEST)
-        )
+    kind = _status_kind(status)
+    reading = error_body.read(body if isinstance(body, Mapping | list) else text)
+    if reading is not None and reading.kind is not kind and _body_decides(status, reading):
+        kind = reading.kind
+        detail = f"{detail} [{reading.why}]"
+    if kind is OutcomeKind.QUOTA:
+        # A spent balance or a day's quota does not come back in seconds: the key is
+        # benched for the cooldown cap, whatever a "retry in 5s" in the body says.
+        ra = None
     else:
-        kind = OutcomeKind.BAD_REQUEST
-        detail = f"unexpected HTTP status {status}"
+        ra = parse_retry_after(headers, text, now if now is not None else time.time())
     return Outcome(kind, status=status, retry_after=ra, detail=detail, error=error)
 
 

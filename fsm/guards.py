@@ -141,6 +141,8 @@ def _raise_context_floor(s: TurnState, o: Outcome) -> None:
         return
     known = s.target.context_length
     if known is not None:
+        if s.context_floor is None:
+            s.context_from = s.visit.index
         s.context_floor = max(s.context_floor or 0, known)
 
 
@@ -159,7 +161,7 @@ KEEP_PARTIAL: Final = Observation("keep_partial", _keep_partial, "keep the parti
 RAISE_CONTEXT_FLOOR: Final = Observation(
     "raise_context_floor",
     _raise_context_floor,
-    "later targets need a context_length above this one's",
+    "later targets need a context_length above this one's (unknown ones are tried last)",
 )
 
 

@@ -250,6 +250,25 @@ def _on_fault(policy: Policy, i: int, kind: OutcomeKind) -> Iterator[Transition]
 def _fallbacks(policy: Policy, i: int, trigger: str, source: str) -> Iterator[Transition]:
     for j in range(i + 1, len(policy.targets)):
         yield Transition(trigger, source, policy.targets[j].name, NEXT_IS, FALL_BACK, j)
+    yield from _back_to_unknown(policy, i, trigger, source)
+
+
+def _back_to_unknown(policy: Policy, i: int, trigger: str, source: str) -> Iterator[Transition]:
+    """The only moves back up the chain (`TurnState.next_eligible`): after a context
+    overflow, from a target of known context_length to an untried one of unknown
+    length that was passed over for it. Declared only where the chain allows one: j
+    has no context_length and an earlier target has one (the overflow that set the
+    floor), and i has one."""
+    targets = policy.targets
+    if targets[i].context_length is None:
+        return
+    known_before = False
+    for j in range(i):
+        t = targets[j]
+        if t.context_length is not None:
+            known_before = True
+        elif known_before:
+            yield Transition(trigger, source, t.name, NEXT_IS, FALL_BACK, j)
 
 
 def _target(policy: Policy, i: int) -> Iterator[Transition]:

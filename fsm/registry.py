@@ -190,8 +190,10 @@ _ENTRIES = (
         "https://generativelanguage.googleapis.com/v1beta/openai",
         "GEMINI_API_KEY",
         docs="https://ai.google.dev/gemini-api/docs/openai",
-        error_codes={"RESOURCE_EXHAUSTED": _O.RATE_LIMITED, "UNAVAILABLE": _O.OVERLOADED},
-        notes="429 RESOURCE_EXHAUSTED covers per-minute and per-day quotas alike",
+        error_codes={"UNAVAILABLE": _O.OVERLOADED},
+        notes="429 RESOURCE_EXHAUSTED covers per-minute and per-day quotas alike: the "
+        "QuotaFailure quota id tells them apart (generic rules, fsm.error_body); a bad key "
+        "is 400 INVALID_ARGUMENT with reason API_KEY_INVALID",
     ),
     Provider(
         "anthropic",

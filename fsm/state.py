@@ -143,6 +143,7 @@ class TurnState:
         "attempt_started",
         "clock",
         "context_floor",
+        "context_from",
         "decl",
         "first",
         "health",
@@ -168,6 +169,7 @@ class TurnState:
         "visit",
         "tried",
         "context_floor",
+        "context_from",
         "outcome",
         "partial",
         "started",
@@ -224,6 +226,9 @@ class TurnState:
         self.outcome: Outcome | None = None
         self.partial: str | None = None
         self.context_floor: int | None = None
+        # the target whose context overflow first set the floor: unknown-length targets
+        # after it are tried once those known to be larger are spent (see next_eligible)
+        self.context_from = -1
         self._raw: list[tuple[Any, ...]] = []
         self._events: list[TraceEvent] = []
         self.seq = 0
@@ -255,6 +260,7 @@ class TurnState:
         n.outcome = self.outcome
         n.partial = self.partial
         n.context_floor = self.context_floor
+        n.context_from = self.context_from
         n._raw = []
         n._events = []
         n.seq = self.seq
@@ -280,6 +286,7 @@ class TurnState:
             self.visit.key(now, horizon),
             tuple(self.tried),
             self.context_floor,
+            self.context_from,
             (o.kind, o.retry_after) if keep_outcome else None,  # type: ignore[union-attr]
             self.partial,
             (round(now - self.started, 6), round(self.waited, 6)) if timed else None,
@@ -365,7 +372,10 @@ class TurnState:
         return max(self.health.target_until(t.key), creds)
 
     def ineligible(self, j: int, now: float) -> str | None:
-        """Why target j cannot be entered now (None if it can)."""
+        """Why target j cannot be entered now (None if it can). A target of unknown
+        context_length is not ineligible after an overflow: `next_eligible` tries it
+        once those known to be larger are spent. Nothing is eligible once the deadline
+        has passed."""
         if not self.before_deadline():
             return f"not tried: the {self.policy.deadline:g}s deadline had passed"
         t = self.policy.targets[j]
@@ -373,29 +383,51 @@ class TurnState:
             if k != j and self.policy.targets[k].same_as(t):
                 return f"skipped: identical to {self.policy.targets[k].name}"
         floor = self.context_floor
-        if floor is not None:
-            if t.context_length is None:
-                return f"skipped: context_length unknown (needs > {floor})"
-            if t.context_length <= floor:
-                return f"skipped: context_length {t.context_length} <= {floor}"
+        if floor is not None and t.context_length is not None and t.context_length <= floor:
+            return f"skipped: context_length {t.context_length} <= {floor}"
         ready = self.target_ready_at(j)
         if ready > now:
             return f"skipped: cooling for {ready - now:.1f}s"
         return None
 
     def next_eligible(self) -> int:
-        """The fallback to take now (-1 if none); cached per event."""
+        """The fallback to take now (-1 if none); cached per event.
+
+        In chain order after the current target. After a context overflow (a floor
+        is known), targets known to be larger come first; those of unknown
+        context_length come after them, in chain order from the target whose
+        overflow set the floor, so one passed over for a larger one earlier in the
+        chain is still tried (the one move back up the chain; never to a target
+        already tried)."""
         if self._next != UNSET:
             return self._next
         now = self.at
         self._skips = {}
+        targets = self.policy.targets
+        cur = self.visit.index
+        floor = self.context_floor
         found = -1
-        for j in range(self.visit.index + 1, len(self.policy.targets)):
+        tried = self.tried
+        for j in range(cur + 1, len(targets)):
+            if floor is not None and (targets[j].context_length is None or j in tried):
+                continue  # unknown ones after the known-larger ones; tried ones ahead:
+                # only after a move back, and never again
             why = self.ineligible(j, now)
             if why is None:
                 found = j
                 break
             self._skips[j] = why
+        if found < 0 and floor is not None:
+            back = cur >= 0 and targets[cur].context_length is not None
+            start = self.context_from + 1 if back else cur + 1
+            for j in range(max(start, self.first), len(targets)):
+                if j == cur or j in tried or targets[j].context_length is not None:
+                    continue
+                why = self.ineligible(j, now)
+                if why is None:
+                    found = j
+                    break
+                self._skips[j] = why
         self._next = found
         return found
 

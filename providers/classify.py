@@ -32,6 +32,7 @@ import pydantic
 
 from ..fsm import Outcome, OutcomeKind, Policy, Target
 from ..fsm.classify import body_kind, classify_exception, classify_status
+from ..fsm.error_body import parse as parse_error_body
 from ..fsm.errors import MissingCredential
 from ..fsm.redact import redact
 from ..fsm.registry import Provider
@@ -316,22 +317,26 @@ def _headers(e: openai.APIStatusError) -> dict[str, str]:
 
 
 def _error_codes(body: Any) -> list[object]:
-    """The ``code``, ``type`` and ``status`` of an error body (the SDK hands over the
-    inner ``error`` object, or the text when it is not JSON; Gemini's compatibility
-    endpoint answers a list of one error)."""
-    obj = body
-    if isinstance(obj, str | bytes):
-        try:
-            obj = json.loads(obj)
-        except ValueError:
-            return []
-    if isinstance(obj, list) and obj:
-        obj = obj[0]
-    if isinstance(obj, Mapping) and isinstance(obj.get("error"), Mapping):
-        obj = obj["error"]
-    if not isinstance(obj, Mapping):
-        return []
-    return [obj.get("code"), obj.get("type"), obj.get("status")]
+    """The ``code``, ``type`` and ``status`` values of an error body, outermost
+    first (`fsm.error_body.parse`: the SDK's inner ``error`` object or the raw
+    text, Gemini's list of one error, a JSON error inside a ``message``)."""
+    return list(parse_error_body(body).codes)
+
+
+def _raw_body(e: openai.APIStatusError) -> Any:
+    """The error body as the server sent it (the SDK keeps only the ``error`` value,
+    which loses the top-level fields some providers use: Fireworks' ``message``,
+    vLLM's ``type``); the SDK's `body` when the response text cannot be read."""
+    try:
+        text = e.response.text
+    except Exception:  # a hand-made response, or one whose body was never read
+        text = ""
+    if text and text.strip():
+        return text
+    body: Any = e.body
+    if body is None or body == "":
+        body = e.message
+    return body
 
 
 def _quirk(
@@ -348,9 +353,7 @@ def _quirk(
 
 def _status_error(e: openai.APIStatusError, now: float, provider: Provider | None) -> Outcome:
     headers = _headers(e)
-    body: Any = e.body
-    if body is None or body == "":
-        body = e.message
+    body = _raw_body(e)
     o = classify_status(e.status_code, headers, body, now=now)
     kind, detail = _quirk(provider, e.status_code, body, o.kind, o.detail)
     should = headers.get("x-should-retry", "").strip().lower()
@@ -362,7 +365,9 @@ def _status_error(e: openai.APIStatusError, now: float, provider: Provider | Non
         detail += " (server sent x-should-retry: false)"
     elif should == "false" and kind in (OutcomeKind.OVERLOADED, OutcomeKind.TRANSPORT):
         detail += " (server sent x-should-retry: false)"
-    return Outcome(kind, status=o.status, retry_after=o.retry_after, detail=detail)
+    # quota carries no Retry-After (fsm.classify.classify_status says why)
+    ra = None if kind is OutcomeKind.QUOTA else o.retry_after
+    return Outcome(kind, status=o.status, retry_after=ra, detail=detail)
 
 
 def _error_event(

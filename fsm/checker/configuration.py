@@ -145,6 +145,8 @@ def key(c: Checker, live: Live) -> tuple[Any, ...]:
         return (o.turn, "end", health_class(c, s.health, now))
     cur = s.visit.index
     lo = cur if cur > 0 else 0
+    if s.context_floor is not None:  # a move back to an unknown-length target is possible
+        lo = min(lo, s.context_from + 1)
     a = s.action
     cls = type(a)
     if cls is Attempt:
@@ -175,6 +177,7 @@ def key(c: Checker, live: Live) -> tuple[Any, ...]:
         ),
         relative(o.tnb.get(oc, 0.0), now, long),
         o.floor,
+        o.floor_from,
         o.committed,
         (o.last.kind, o.last.retry_after) if o.last is not None else None,
         o.since_wait,

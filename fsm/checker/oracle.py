@@ -49,6 +49,7 @@ class Obs:
         "events",
         "expect",
         "floor",
+        "floor_from",
         "last",
         "nb",
         "nwait",
@@ -76,6 +77,7 @@ class Obs:
         self.nb: Mapping[tuple[int, str], float] = {}  # not-before per (target, credential)
         self.tnb: Mapping[int, float] = {}  # not-before per target
         self.floor: int | None = None  # a context length known to be too short
+        self.floor_from = -1  # the target whose overflow first made that known
         self.committed: str | None = None  # output a stream already delivered
         self.last: Outcome | None = None  # the outcome of the attempt in flight
         self.since_wait = False  # a wait came after that outcome
@@ -97,6 +99,7 @@ class Obs:
         o.nb = self.nb
         o.tnb = self.tnb
         o.floor = self.floor
+        o.floor_from = self.floor_from
         o.committed = self.committed
         o.last = self.last
         o.since_wait = self.since_wait
@@ -148,6 +151,8 @@ def observe(
             elif kind is _CONTEXT_TOO_LONG:
                 known = policy.targets[cur].context_length
                 if known is not None:
+                    if o.floor is None:
+                        o.floor_from = cur
                     o.floor = max(o.floor or 0, known)
             elif kind is _STREAM_INTERRUPTED:
                 o.committed = outcome.partial or ""
@@ -205,23 +210,45 @@ def first_ready(ctx: Context, h: HealthStore, now: float) -> int:
 
 
 def eligible(ctx: Context, o: Obs, h: HealthStore, now: float, cur: int) -> list[int]:
-    """Fallbacks after `cur` that could be entered now: not tried in this turn (nor an
-    identical entry), with a context window above any known floor, not cooling."""
-    out = []
+    """Fallbacks that could be entered now, best first: untried (nor an identical
+    entry), not cooling, and not known to be too short for a context that overflowed.
+    Later targets in chain order; after an overflow, those of unknown context_length
+    last: in chain order from the target that overflowed first, and (from a target of
+    known length) including ones earlier in the chain than the current target."""
     targets = ctx.policy.targets
     tried = o.tried
     floor = o.floor
-    for j in range(cur + 1, ctx.n):
-        if not ctx.twins[j].isdisjoint(tried):
+    ahead: list[int] = []
+    unknown: list[int] = []
+    if floor is not None and cur >= 0 and targets[cur].context_length is not None:
+        unknown_from = o.floor_from + 1
+    else:
+        unknown_from = cur + 1
+    for j in range(ctx.n):
+        if j in tried or not ctx.twins[j].isdisjoint(tried):
             continue
-        if floor is not None:
-            length = targets[j].context_length
-            if length is None or length <= floor:
-                continue
         if ready_at(ctx, h, j) > now:
             continue
-        out.append(j)
-    return out
+        length = targets[j].context_length
+        if floor is not None and length is None:
+            if j >= unknown_from:
+                unknown.append(j)
+        elif j > cur and (floor is None or (length is not None and length > floor)):
+            ahead.append(j)
+    return ahead + unknown
+
+
+def went_back_allowed(ctx: Context, o: Obs, cur: int, j: int) -> bool:
+    """Whether a move from target `cur` back up the chain to `j` is the one allowed:
+    after an overflow, from a target of known context_length to one of unknown length
+    after the target whose overflow set the floor."""
+    targets = ctx.policy.targets
+    return (
+        o.floor is not None
+        and targets[cur].context_length is not None
+        and targets[j].context_length is None
+        and j > o.floor_from
+    )
 
 
 def falls_back(ctx: Context, trigger: str, kind: OutcomeKind | None) -> bool:

@@ -22,7 +22,7 @@ from ..trace import TraceEvent
 from ..turn import ProtocolError, TurnState
 from .configuration import EPS, PER_TURN_SLOTS
 from .context import Context
-from .oracle import Obs, eligible, falls_back, first_ready
+from .oracle import Obs, eligible, falls_back, first_ready, went_back_allowed
 from .record import Finding, TransitionRecord
 
 #: The ten properties, in order (the names used in JSON output).
@@ -156,7 +156,9 @@ def still_running(ctx: Context, o: Obs) -> Finding | None:
 
 
 def no_ping_pong(rec: TransitionRecord) -> Finding | None:
-    """A turn never returns to a target it left, nor goes back up the chain."""
+    """A turn never returns to a target it left, nor goes back up the chain, except
+    to an untried target of unknown context_length passed over, after a context
+    overflow, for one known to be larger."""
     action = rec.action
     if not isinstance(action, Attempt):
         return None
@@ -165,7 +167,7 @@ def no_ping_pong(rec: TransitionRecord) -> Finding | None:
     names = rec.ctx.names
     if j != known.cur and j in known.tried:
         return Finding("no_ping_pong", f"returned to {names[j]} after leaving it")
-    if j < known.cur:
+    if j < known.cur and not went_back_allowed(rec.ctx, known, known.cur, j):
         return Finding("no_ping_pong", f"went back from {names[known.cur]} to {names[j]}")
     return None
 
