@@ -4,6 +4,7 @@
     python -m bench --quick         # seconds: the smoke test's mode
     python -m bench --only core,checker
     python -m bench --only hermes   # hermes-agent alone / with fallgate (make bench-hermes)
+    python -m bench --only declare  # declaration size for 10, 100, 1,000 targets
 
 bench.json holds exactly the keys of issue 6 (and ``hermes`` when that section runs:
 it needs the hermes venv, so it is not in the default run); everything else (fsm.run and the
@@ -23,7 +24,7 @@ from typing import Any
 
 from .timing import median_ratio
 
-SECTIONS = ("core", "faults", "throughput", "checker", "otel", "hermes")
+SECTIONS = ("core", "faults", "throughput", "checker", "otel", "hermes", "declare")
 #: What runs without --only (hermes needs its own venv: `make bench-hermes`).
 DEFAULT_SECTIONS = ("core", "faults", "throughput", "checker", "otel")
 
@@ -109,6 +110,13 @@ def run(
         ot = otel.measure(quick=quick, log=log)
         result["otel"] = ot
         details["otel"] = ot
+    if "declare" in sections:
+        from . import declare
+
+        log("declaration size (declare, compile, first turn; 10/100/1000 targets) ...")
+        dc = declare.measure(declare.SIZES[:2] if quick else declare.SIZES, log=log)
+        result["declare"] = dc
+        details["declare"] = dc
     if "hermes" in sections:
         from . import hermes, scenarios
 
@@ -249,6 +257,11 @@ def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
             f"| {'yes' if ck_extra.get('_complete', True) else '**no**: state limit reached'} |",
             "",
         ]
+    dc = result.get("declare")
+    if dc:
+        from . import declare
+
+        lines += [declare.table(dc)]
     o = result.get("otel")
     if o:
         lines += [

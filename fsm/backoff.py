@@ -65,14 +65,20 @@ def _clean(seconds: float) -> float | None:
     return min(seconds, MAX_RETRY_AFTER)
 
 
-def parse_seconds(text: str | None) -> float | None:
-    """A delta-seconds value, or None when it is not a number."""
+def _number(text: str | None) -> float | None:
+    """The number `text` holds (maybe inf, never NaN), or None when it is not one."""
     if text is None or not _NUMBER.match(text):
         return None
     try:
-        return _clean(float(text))
+        return float(text)
     except (ValueError, OverflowError):
         return None
+
+
+def parse_seconds(text: str | None) -> float | None:
+    """A delta-seconds value, or None when it is not a number."""
+    value = _number(text)
+    return None if value is None else _clean(value)
 
 
 def parse_retry_after(
@@ -87,8 +93,8 @@ def parse_retry_after(
     past means 0. Results are finite and within [0, MAX_RETRY_AFTER].
     """
     h = {k.lower(): v for k, v in (headers or {}).items()} if headers else {}
-    ms = parse_seconds(h.get("retry-after-ms"))
-    if ms is not None:
+    ms = _number(h.get("retry-after-ms"))
+    if ms is not None:  # converted, then clamped: 1e308 ms is the one-day cap, not 86.4 s
         return _clean(ms / 1000.0)
     raw = h.get("retry-after")
     if raw is not None:

@@ -281,7 +281,7 @@ def _graph(decl: Declaration, trace: Iterable[TraceEvent] | None, title: str | N
         return key
 
     counts: dict[tuple[str, str], int] = {}
-    for t in decl.transitions:
+    for t in decl.edges():
         counts[(t.source, t.trigger)] = counts.get((t.source, t.trigger), 0) + 1
 
     by_pair: dict[tuple[str, str], list[Step]] = {}
@@ -295,7 +295,7 @@ def _graph(decl: Declaration, trace: Iterable[TraceEvent] | None, title: str | N
     pairs: dict[tuple[str, str], list[Transition]] = {}
     cancel_sources = 0
     summarised = 0
-    for t in decl.transitions:
+    for t in decl.edges():
         if (t.source, t.dest) not in by_pair:
             if t.trigger == CANCELLED:
                 cancel_sources += 1

@@ -242,8 +242,12 @@ def _in_time(s: TurnState, arg: int) -> bool:
     return s.before_deadline()
 
 
+def _next_eligible(s: TurnState) -> int:
+    return s.next_eligible()
+
+
 def _next_is(s: TurnState, arg: int) -> bool:
-    return s.next_eligible() == arg
+    return _next_eligible(s) == arg
 
 
 def _first_free(s: TurnState) -> int:
@@ -264,9 +268,11 @@ def _first_is(s: TurnState, arg: int) -> bool:
     return _first_free(s) == arg
 
 
-def _soonest_is(s: TurnState, arg: int) -> bool:
+def _soonest_free(s: TurnState) -> int:
+    """When every target is cooling: the one free soonest, if waiting for it is
+    allowed (within the Retry-After cap and the deadline); else -1."""
     if _first_free(s) >= 0:
-        return False
+        return -1
     best, at = -1, float("inf")
     for j in range(s.first, len(s.policy.targets)):
         r = s.target_ready_at(j)
@@ -274,8 +280,12 @@ def _soonest_is(s: TurnState, arg: int) -> bool:
             best, at = j, r
     wait = max(0.0, at - s.at)
     if wait > s.policy.retry_after_cap or not s.fits_deadline(wait):
-        return False
-    return best == arg
+        return -1
+    return best
+
+
+def _soonest_is(s: TurnState, arg: int) -> bool:
+    return _soonest_free(s) == arg
 
 
 TRANSPORT_RETRY: Final = Guard(
@@ -314,6 +324,26 @@ SOONEST_IS: Final = Guard(
     _soonest_is,
     "all cooling; soonest free = {target}, wait ≤ {retry_after_cap}, fits the {deadline} deadline",
 )
+
+#: The guards that pick one target among many: each holds for exactly the target
+#: index its pick returns (for none when the pick is -1). The machine declares one
+#: edge per target for them (a `machine.FanOut`); an executor may ask the pick once
+#: instead of trying every edge. Keyed by identity: a swapped-in guard (the checker's
+#: broken machines) has no pick and is tried edge by edge.
+PICKS: Final[tuple[tuple[Guard, Callable[[TurnState], int]], ...]] = (
+    (NEXT_IS, _next_eligible),
+    (FIRST_IS, _first_free),
+    (SOONEST_IS, _soonest_free),
+)
+
+
+def pick_of(guard: Guard) -> Callable[[TurnState], int] | None:
+    """The pick of one of the selecting guards above (this very object), else None."""
+    for g, pick in PICKS:
+        if g is guard:
+            return pick
+    return None
+
 
 GUARDS: Final = (
     TRANSPORT_RETRY,
@@ -499,4 +529,13 @@ EFFECTS: Final = (
 )
 
 
-__all__ = ["EFFECTS", "GUARDS", "Effect", "Guard", "Observation", "observations"]
+__all__ = [
+    "EFFECTS",
+    "GUARDS",
+    "PICKS",
+    "Effect",
+    "Guard",
+    "Observation",
+    "observations",
+    "pick_of",
+]

@@ -110,7 +110,7 @@ def to_mermaid_overview(decl: Declaration, *, title: str | None = None) -> str:
     targets = policy.targets
     alias = _fallback_kinds(policy)
     counts: dict[tuple[str, str], int] = {}
-    for t in decl.transitions:
+    for t in decl.edges():
         counts[(t.source, t.trigger)] = counts.get((t.source, t.trigger), 0) + 1
 
     taken: set[str] = set()
@@ -130,7 +130,7 @@ def to_mermaid_overview(decl: Declaration, *, title: str | None = None) -> str:
     outer: dict[tuple[str, str], list[Transition]] = {}
     starts: dict[str, list[Transition]] = {}  # turn start into a box (drawn if need be)
     cancels = starts_elsewhere = summarised = 0
-    for t in decl.transitions:
+    for t in decl.edges():
         src, dst = decl.state(t.source), decl.state(t.dest)
         if t.trigger == CANCELLED:
             cancels += 1

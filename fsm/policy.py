@@ -18,8 +18,9 @@ import math
 import os
 import re
 import tomllib
+import unicodedata
+import urllib.parse
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 import attrs
@@ -28,13 +29,65 @@ from . import registry
 from .errors import MissingCredential, PolicyError, Problem
 from .outcomes import OutcomeKind
 from .registry import Provider
+from .textfile import UnreadableFile, read_text
 from .tomlpos import split_path, toml_line
 from .traits import DEFAULT_RULES, FAULT_KINDS, TRAITS, Rule
 
 Rotation = Literal["fill_first", "round_robin"]
 _ROTATIONS = ("fill_first", "round_robin")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_URL = re.compile(r"^https?://[^\s/]+")
+
+#: The longest chain: the primary and 99 fallbacks. Far above any real fallback list
+#: (a handful); a turn that keeps failing calls every target in turn, and what lists
+#: every edge (each target may fall back to every later one) grows with the square of
+#: the chain: the full diagram (~1 MB of Mermaid at 100), the `transitions` executor,
+#: the model checker. The declaration and the default executor grow linearly.
+MAX_TARGETS = 100
+#: The longest duration a policy may give (deadline, attempt_timeout, backoff,
+#: cooldown, retry_after_cap): one day, the longest Retry-After fallgate honours.
+#: Far longer ones overflow the OS's timers (a sync attempt of 1e10 s failed with
+#: "timestamp out of range").
+MAX_SECONDS = 86_400.0
+#: The largest context_length (tokens): far above any model's window.
+MAX_CONTEXT = 1_000_000_000
+#: The largest policy file read (bytes).
+MAX_POLICY_BYTES = 1 << 20
+#: Characters no name may hold: controls (newline, NUL, ...), format characters
+#: (bidi overrides, zero-width), line and paragraph separators, surrogates. A name
+#: shows in traces, logs, errors and diagrams, where such a character breaks the
+#: line or the Mermaid/DOT source, or hides what the name says.
+_UNSEEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def name_problem(value: object) -> str | None:
+    """Why `value` is no good as a name (provider, model, credential id), or None."""
+    if not isinstance(value, str) or not value.strip():
+        return "must be a non-empty string"
+    for i, c in enumerate(value):
+        if unicodedata.category(c) in _UNSEEN:
+            return f"must not hold control characters (found {c!r} at position {i})"
+    return None
+
+
+def url_problem(value: object) -> str | None:
+    """Why `value` is no good as a base_url (an http:// or https:// URL), or None."""
+    want = "must be an http:// or https:// URL"
+    if not isinstance(value, str):
+        return want
+    for i, c in enumerate(value):
+        if c.isspace() or unicodedata.category(c) in _UNSEEN:
+            what = "a space" if c == " " else repr(c)
+            return f"{want} (found {what} at position {i})"
+    try:
+        parts = urllib.parse.urlsplit(value)
+        parts.port  # noqa: B018 - raises on a port that is not a number in 0..65535
+    except ValueError as e:
+        return f"{want} ({e})"
+    if parts.scheme.lower() not in ("http", "https"):
+        return want
+    if not parts.hostname:
+        return f"{want} with a host"
+    return None
 
 
 class _Problems:
@@ -75,7 +128,9 @@ _MISSING = object()
 
 
 def _is_number(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    if isinstance(v, bool):
+        return False
+    return isinstance(v, int) or (isinstance(v, float) and math.isfinite(v))  # no int overflows
 
 
 def _is_int(v: object) -> bool:
@@ -115,6 +170,9 @@ class Credential:
 
     def __attrs_post_init__(self) -> None:
         ps = _Problems()
+        bad_id = name_problem(self.id)
+        if bad_id:
+            ps.add("id", self.id, bad_id)
         if (self.env is None) == (self.key is None):
             ps.add("credential", _MISSING, "give exactly one of key_env or api_key")
         if self.env is not None and not (isinstance(self.env, str) and _ENV_NAME.match(self.env)):
@@ -183,16 +241,20 @@ class Target:
         ps = _Problems()
         for name in ("provider", "model"):
             v = getattr(self, name)
-            if not isinstance(v, str) or not v.strip():
-                ps.add(name, v, "must be a non-empty string")
-        if self.base_url is not None and not (
-            isinstance(self.base_url, str) and _URL.match(self.base_url)
-        ):
-            ps.add("base_url", self.base_url, "must be an http:// or https:// URL")
+            bad = name_problem(v)
+            if bad:
+                ps.add(name, v, bad)
+        bad_url = url_problem(self.base_url) if self.base_url is not None else None
+        if bad_url:
+            ps.add("base_url", self.base_url, bad_url)
         if self.context_length is not None and not (
-            _is_int(self.context_length) and self.context_length > 0
+            _is_int(self.context_length) and 0 < self.context_length <= MAX_CONTEXT
         ):
-            ps.add("context_length", self.context_length, "must be a positive integer")
+            ps.add(
+                "context_length",
+                self.context_length,
+                f"must be a positive integer of at most {MAX_CONTEXT:,} tokens",
+            )
         if self.rotation not in _ROTATIONS:
             ps.add("rotation", self.rotation, f"must be one of {', '.join(_ROTATIONS)}")
         for i, c in enumerate(self.credentials):
@@ -316,19 +378,25 @@ class Cooldown:
         ps.raise_if_any()
 
 
+_MAX_MULTIPLIER = 1000
+
+
 def _check_growth(ps: _Problems, initial: float, multiplier: float, cap: float) -> None:
     """initial * multiplier**n, capped: the shape Backoff and Cooldown share."""
+    n = len(ps.items)
     _check_seconds(ps, "initial", initial)
-    if not _is_number(multiplier) or multiplier < 1:
-        ps.add("multiplier", multiplier, "must be a finite number >= 1")
+    if not _is_number(multiplier) or not 1 <= multiplier <= _MAX_MULTIPLIER:
+        ps.add("multiplier", multiplier, f"must be a finite number from 1 to {_MAX_MULTIPLIER}")
     _check_seconds(ps, "cap", cap)
-    if _is_number(initial) and _is_number(cap) and cap < initial:
+    if len(ps.items) == n and cap < initial:
         ps.add("cap", cap, f"must be >= initial ({initial})")
 
 
 def _check_seconds(ps: _Problems, name: str, v: object, positive: bool = False) -> None:
     if not _is_number(v) or v < 0 or (positive and v == 0):  # type: ignore[operator]
         ps.add(name, v, f"must be a finite number of seconds {'> 0' if positive else '>= 0'}")
+    elif v > MAX_SECONDS:  # type: ignore[operator]
+        ps.add(name, v, f"must be at most {MAX_SECONDS:g} seconds (one day)")
 
 
 def _provider_map(value: Mapping[str, Provider] | None) -> dict[str, Provider]:
@@ -380,13 +448,23 @@ class Policy:
         ps = _Problems()
         if not self.targets:
             ps.add("targets", self.targets, "the chain needs at least one target (the primary)")
+        if len(self.targets) > MAX_TARGETS:
+            ps.add("targets", _MISSING, chain_too_long(len(self.targets)))
+            ps.raise_if_any()  # one problem, not one per target of a runaway chain
         for name, entry in self.providers.items():
-            if not isinstance(entry, Provider) or entry.name != name:
+            bad_name = name_problem(name)
+            if bad_name:
+                ps.add("providers", name, f"provider name {bad_name}")
+            elif not isinstance(entry, Provider) or entry.name != name:
                 ps.add(
                     f"providers.{name}", entry, f"must be an fsm.registry.Provider named {name!r}"
                 )
-            elif entry.base_url is None or not _URL.match(entry.base_url):
-                ps.add(f"providers.{name}.base_url", entry.base_url, "must be an http(s) URL")
+            elif entry.base_url is None or url_problem(entry.base_url):
+                ps.add(
+                    f"providers.{name}.base_url",
+                    entry.base_url,
+                    url_problem(entry.base_url) or "must be an http(s) URL",
+                )
         extra = {k: v for k, v in self.providers.items() if isinstance(v, Provider)}
         fixed = []
         for i, t in enumerate(self.targets):
@@ -452,20 +530,26 @@ class Policy:
             return policy_from_dict(data)
         except PolicyError as e:
             raise PolicyError(e.problems, source) from None
+        except RecursionError:
+            raise PolicyError([_TOO_DEEP], source) from None
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> Policy:
-        p = Path(path)
+        """Read a policy file: a regular file of at most `MAX_POLICY_BYTES` of UTF-8
+        TOML (a named pipe or a device is refused, never waited on)."""
+        where = os.fspath(path)
         try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as e:
-            raise PolicyError(
-                [Problem(str(p), "", f"cannot read policy file: {e.strerror}")]
-            ) from None
+            text = read_text(where, MAX_POLICY_BYTES)
+        except UnreadableFile as e:
+            problem = Problem(where, "", f"cannot read policy file: {e.reason}")
+            raise PolicyError([problem]) from None
         try:
             data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            raise PolicyError([Problem(str(p), "", f"not valid TOML: {e}")]) from None
+        except ValueError as e:  # TOMLDecodeError, or a number of more than 4,300 digits
+            text_e = str(e).split(";")[0]
+            raise PolicyError([Problem(where, "", f"not valid TOML: {text_e}")]) from None
+        except RecursionError:
+            raise PolicyError([_TOO_DEEP], where) from None
         try:
             from .policy_data import policy_from_dict
 
@@ -474,7 +558,21 @@ class Policy:
             located = [
                 attrs.evolve(pr, line=toml_line(text, split_path(pr.path))) for pr in e.problems
             ]
-            raise PolicyError(located, str(p)) from None
+            raise PolicyError(located, where) from None
+        except RecursionError:
+            raise PolicyError([_TOO_DEEP], where) from None
+
+
+_TOO_DEEP = Problem("<policy>", "", "nested too deeply (tables or arrays inside one another)")
+
+
+def chain_too_long(n: int) -> str:
+    """Why a chain of `n` targets is refused (the limit and its reasons)."""
+    return (
+        f"{n} targets: a chain holds at most {MAX_TARGETS} (the primary and "
+        f"{MAX_TARGETS - 1} fallbacks); a failing turn calls each target in turn, and the "
+        "diagrams and the model checker grow with the square of the chain"
+    )
 
 
 _RULE_FIELDS = tuple(f.name for f in attrs.fields(Rule))

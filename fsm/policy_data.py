@@ -20,7 +20,7 @@ from .outcomes import OutcomeKind
 from .policy import (
     _ENV_NAME,
     _MISSING,
-    _URL,
+    MAX_TARGETS,
     Backoff,
     Cooldown,
     Credential,
@@ -29,7 +29,10 @@ from .policy import (
     _known_list,
     _Problems,
     _short_repr,
+    chain_too_long,
+    name_problem,
     resolve_target,
+    url_problem,
 )
 from .registry import Provider
 from .traits import DEFAULT_RULES, FAULT_KINDS, Rule
@@ -58,7 +61,8 @@ def _unknown(ps: _Problems, data: Mapping[str, Any], allowed: Iterable[str], whe
         if k not in allowed:
             near = difflib.get_close_matches(str(k), allowed, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else f" (known: {', '.join(allowed)})"
-            ps.add(f"{where}{k}" if where else str(k), _MISSING, f"unknown field{hint}")
+            shown = k if isinstance(k, str) and k.isprintable() else repr(k)
+            ps.add(f"{where}{shown}", _MISSING, f"unknown field{hint}")
 
 
 def _providers_from_dict(raw: Any, ps: _Problems) -> dict[str, Provider]:
@@ -71,14 +75,19 @@ def _providers_from_dict(raw: Any, ps: _Problems) -> dict[str, Provider]:
     out: dict[str, Provider] = {}
     for name, spec in raw.items():
         path = f"providers.{name}"
+        bad_name = name_problem(name)
+        if bad_name:
+            ps.add("providers", name, f"provider name {bad_name}")
+            continue
         if not isinstance(spec, Mapping):
             ps.add(path, spec, f"must be a table of {', '.join(_PROVIDER_KEYS)}")
             continue
         n = len(ps.items)
         _unknown(ps, spec, _PROVIDER_KEYS, f"{path}.")
         base_url = spec.get("base_url")
-        if base_url is not None and not (isinstance(base_url, str) and _URL.match(base_url)):
-            ps.add(f"{path}.base_url", base_url, "must be an http:// or https:// URL")
+        bad_url = url_problem(base_url) if base_url is not None else None
+        if bad_url:
+            ps.add(f"{path}.base_url", base_url, bad_url)
         elif base_url is None and name not in registry.PROVIDERS:
             ps.add(
                 f"{path}.base_url",
@@ -180,6 +189,15 @@ def _sub(
 _PLACEHOLDER_TARGET = Target("placeholder", "placeholder", "http://placeholder", keyless=True)
 
 
+def _chain_length(data: Mapping[str, Any]) -> int:
+    """How many targets the data lists (lists that are not lists count as none)."""
+    n = 0
+    for key in ("targets", "fallback_providers"):
+        if isinstance(data.get(key), list):
+            n += len(data[key])
+    return n + ("primary" in data and "targets" not in data)
+
+
 def policy_from_dict(data: Mapping[str, Any]) -> Policy:
     ps = _Problems()
     if not isinstance(data, Mapping):
@@ -187,6 +205,11 @@ def policy_from_dict(data: Mapping[str, Any]) -> Policy:
     _unknown(ps, data, _POLICY_KEYS, "")
     extra = _providers_from_dict(data.get("providers"), ps)
     targets: list[Target | None] = []
+    n = _chain_length(data)
+    if n > MAX_TARGETS:  # refused before any entry is looked at: one problem, not n
+        where = "targets" if "targets" in data else "fallback_providers"
+        ps.add(where, _MISSING, chain_too_long(n))
+        ps.raise_if_any()
     if "targets" in data:
         if "primary" in data:
             ps.add("targets", _MISSING, "give either targets or primary, not both")
@@ -220,7 +243,8 @@ def policy_from_dict(data: Mapping[str, Any]) -> Policy:
                 k = None
             if k is None or k not in DEFAULT_RULES:
                 choices = ", ".join(x.value for x in FAULT_KINDS)
-                ps.add(f"rules.{kind}", _MISSING, f"unknown outcome class (choose from {choices})")
+                shown = kind if isinstance(kind, str) and kind.isprintable() else repr(kind)
+                ps.add(f"rules.{shown}", _MISSING, f"unknown outcome class (choose from {choices})")
                 continue
             if not isinstance(spec, Mapping):
                 ps.add(f"rules.{kind}", spec, f"must be a table of {'/'.join(_RULE_FIELDS)}")

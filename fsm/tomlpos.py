@@ -73,8 +73,8 @@ class _Scanner:
     def lines(self) -> dict[KeyPath, int]:
         try:
             self._document()
-        except (_Stop, IndexError, ValueError, tomllib.TOMLDecodeError):
-            pass
+        except (_Stop, IndexError, ValueError, RecursionError, tomllib.TOMLDecodeError):
+            pass  # deeper than the scanner goes: keep what was found
         return self.found
 
     # -- helpers

@@ -12,6 +12,7 @@ source are injected.
 
 from __future__ import annotations
 
+import functools
 import random as _random
 import threading
 from collections.abc import Callable, Mapping
@@ -19,7 +20,7 @@ from typing import Any, Final
 
 from . import clock as _clock
 from .actions import Action, Fail, Wait
-from .guards import Effect, Guard, Observation
+from .guards import Effect, Guard, Observation, pick_of
 from .health import HealthStore
 from .machine import (
     CANCELLED,
@@ -32,6 +33,7 @@ from .machine import (
     TERMINALS,
     WAITED,
     Declaration,
+    FanOut,
     Transition,
     declare,
 )
@@ -115,21 +117,53 @@ def trace_event(s: TurnState, raw: tuple[Any, ...]) -> TraceEvent:
 
 
 Observer = Callable[[TurnState, Outcome], None]
-Candidate = tuple[Callable[[TurnState, int], bool] | None, int, Transition, Callable[..., Action]]
+Candidate = tuple[
+    Callable[[TurnState, int], bool] | None, int, Transition | FanOut, Callable[..., Action]
+]
 Compiled = dict[tuple[str, str], tuple[tuple[Observer, ...], tuple[Candidate, ...]]]
+
+
+@functools.cache  # one per pick, shared by every fan-out of its guard
+def _picked(pick: Callable[[TurnState], int]) -> Callable[[TurnState, int], bool]:
+    """A fan-out's check: does its guard pick one of its targets (`first` on)?"""
+
+    def check(s: TurnState, first: int) -> bool:
+        return pick(s) >= first
+
+    return check
+
+
+def _candidates(t: Transition | FanOut) -> list[Candidate]:
+    if isinstance(t, FanOut):
+        pick = pick_of(t.guard)
+        if pick is not None:  # one candidate for the whole fan-out: ask the pick once
+            return [(_picked(pick), t.first, t, t.effect.run)]
+        return [c for e in t.edges() for c in _candidates(e)]
+    return [(t.guard.check if t.guard else None, t.arg, t, t.effect.run)]
 
 
 def compile_table(decl: Declaration) -> Compiled:
     """The declaration as a lookup table: (state, trigger) -> the trigger's observations
     and the ordered candidates, as bare functions (the hot path saves the attribute
-    lookups: the core bench's faulty turn is about 10% faster for it)."""
+    lookups: the core bench's faulty turn is about 10% faster for it). A fan-out whose
+    guard picks its target is one candidate: the table stays linear in the chain."""
+    groups: dict[tuple[str, str], list[Candidate]] = {}
+    for t in decl.transitions:
+        groups.setdefault((t.source, t.trigger), []).extend(_candidates(t))
     return {
         (source, trigger): (
             tuple(ob.apply for ob in decl.observes.get(trigger, _NOTHING)),
-            tuple((t.guard.check if t.guard else None, t.arg, t, t.effect.run) for t in group),
+            tuple(group),
         )
-        for (source, trigger), group in decl.groups().items()
+        for (source, trigger), group in groups.items()
     }
+
+
+def _edge(s: TurnState, fan: FanOut) -> Transition:
+    """The edge of a compiled fan-out taken now: to the target its guard picks."""
+    pick = pick_of(fan.guard)
+    assert pick is not None
+    return fan.edge(pick(s))
 
 
 def _compiled(decl: Declaration) -> Compiled:
@@ -255,7 +289,9 @@ class Turn(_TurnBase):
                 ob(s, outcome)
         for check, arg, t, run in candidates:
             if check is None or check(s, arg):
-                return apply(s, t, trigger, run)
+                if type(t) is FanOut:
+                    t = _edge(s, t)
+                return apply(s, t, trigger, run)  # type: ignore[arg-type]
         raise AssertionError("unreachable: every group ends with an unguarded transition")
 
 
@@ -323,7 +359,7 @@ def _transitions_machine(decl: Declaration) -> tuple[Any, threading.Lock]:
         apply(ev.model.s, t, ev.event.name)
 
     specs = []
-    for t in decl.transitions:
+    for t in decl.edges():
         spec: dict[str, Any] = {
             "trigger": t.trigger,
             "source": t.source,

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from ..fsm import Policy, PolicyError, diagram, overview, registry
 from ..fsm.machine import declare
+from ..fsm.textfile import UnreadableFile, read_text
 from ..fsm.trace import TraceEvent, from_jsonl
 
 PROG = "fallgate"
@@ -128,18 +129,23 @@ def load_policy(path: str | None) -> Policy:
         raise CliError(str(e), USAGE) from None
 
 
+#: The largest trace file read (bytes): a turn's trace is a few kB.
+MAX_TRACE_BYTES = 16 << 20
+
+
 def load_trace(path: str) -> list[TraceEvent]:
-    p = Path(path)
+    if not Path(path).exists():
+        raise CliError(f"trace file not found: {path}", USAGE)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CliError(f"trace file not found: {path}", USAGE) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise CliError(f"cannot read trace file {path}: {e}", USAGE) from None
+        text = read_text(path, MAX_TRACE_BYTES)
+    except UnreadableFile as e:
+        raise CliError(f"cannot read trace file {path}: {e.reason}", USAGE) from None
     try:
         events = from_jsonl(text)
     except (ValueError, TypeError) as e:
         raise CliError(f"{path}: {e}", USAGE) from None
+    except RecursionError:
+        raise CliError(f"{path}: nested too deeply to be a trace", USAGE) from None
     if not events:
         raise CliError(
             f"{path}: the trace is empty (expected JSON lines, one per transition)", USAGE

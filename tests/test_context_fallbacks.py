@@ -81,7 +81,7 @@ def _moves_back(models: tuple[str, ...]) -> set[tuple[str, str]]:
     index = {t.name: t.index for t in decl.policy.targets}
     return {
         (t.source, t.dest)
-        for t in decl.transitions
+        for t in decl.edges()
         if t.source in index and t.dest in index and index[t.dest] < index[t.source]
     }
 

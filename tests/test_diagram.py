@@ -292,7 +292,7 @@ def test_the_overview_labels_are_read_off_the_declaration():
     text = overview.to_mermaid_overview(decl)
     flat = text.replace("<br/>", " ")
     # the primary's own edges, each with the guard the declaration gives it
-    for t in decl.transitions:
+    for t in decl.edges():
         src, dst = decl.state(t.source), decl.state(t.dest)
         if src.target == 0 and dst.target == 0 and t.guard is not None:
             words = diagram._m(t.guard.label(policy, t.arg))

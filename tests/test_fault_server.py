@@ -732,7 +732,7 @@ def test_serve_main_serves_the_script_until_interrupted(tmp_path: Path) -> None:
     path = tmp_path / "script.json"
     path.write_text(json.dumps(one("glm-4.7", kind="answer", text="served")))
     code = (
-        "import sys; from providers.fault_server import serve_main; "
+        "import sys; from fallgate.providers.fault_server import serve_main; "
         "sys.exit(serve_main(sys.argv[1]))"
     )
     with subprocess.Popen(

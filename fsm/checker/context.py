@@ -112,7 +112,7 @@ class Context:
             name_set=frozenset(t.name for t in targets),
             keys=tuple(t.key for t in targets),
             pools=tuple(tuple(t.pool()) for t in targets),
-            triples=frozenset((t.source, t.trigger, t.dest) for t in decl.transitions),
+            triples=frozenset((t.source, t.trigger, t.dest) for t in decl.edges()),
             state_names=frozenset(st.name for st in decl.states),
             leak=re.compile("|".join(re.escape(s) for s in secrets)),
             twins=tuple(

@@ -328,7 +328,7 @@ class Checker:
         seconds = time.perf_counter() - t0
         unreachable = tuple(
             describe(t, self.policy)
-            for t in self.decl.transitions
+            for t in self.decl.edges()
             if (t.source, t.trigger, t.dest) not in self.taken
         )
         return CheckReport(

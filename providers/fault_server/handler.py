@@ -202,6 +202,9 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._error(400, "the request body is not JSON")
             return None
+        except RecursionError:
+            self._error(400, "the request body is nested too deeply to parse")
+            return None
         if not isinstance(body, dict):
             self._error(400, "the request body must be a JSON object")
             return None

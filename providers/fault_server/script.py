@@ -169,17 +169,32 @@ def _render_path(path: Sequence[str | int]) -> str:
 # --------------------------------------------------------------------------- script
 
 
+def _short(raw: Any) -> str:
+    text = repr(raw)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
 def _seconds(raw: Any, path: tuple[str | int, ...]) -> float:
     if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise ScriptError(f"expected a number of seconds, got {raw!r}", path)
-    if not math.isfinite(raw) or raw < 0 or raw > _MAX_SECONDS:
-        raise ScriptError(f"expected seconds between 0 and {_MAX_SECONDS:g}, got {raw!r}", path)
+        raise ScriptError(f"expected a number of seconds, got {_short(raw)}", path)
+    # an int is compared as it is: float(10**400) would overflow
+    if (isinstance(raw, float) and not math.isfinite(raw)) or not 0 <= raw <= _MAX_SECONDS:
+        raise ScriptError(
+            f"expected seconds between 0 and {_MAX_SECONDS:g}, got {_short(raw)}", path
+        )
     return float(raw)
 
 
 def _string(raw: Any, path: tuple[str | int, ...]) -> str:
     if not isinstance(raw, str):
-        raise ScriptError(f"expected a string, got {raw!r}", path)
+        raise ScriptError(f"expected a string, got {_short(raw)}", path)
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate ("\ud800" in JSON): unsendable
+        raise ScriptError(
+            f"not sendable text: {raw[e.start]!r} at position {e.start} is a lone surrogate",
+            path,
+        ) from None
     return raw
 
 
@@ -314,8 +329,14 @@ class Step:
             at = (*where, key)
             if key in ("delay", "seconds", "interval"):
                 out[key] = _seconds(value, at)
-            elif key in ("text", "finish_reason", "content_type"):
+            elif key in ("text", "finish_reason"):
                 out[key] = _string(value, at)
+            elif key == "content_type":  # sent as the Content-Type header
+                ctype = _string(value, at)
+                try:
+                    out[key] = header_value(ctype)
+                except ValueError as e:
+                    raise ScriptError(str(e), at) from None
             elif key == "status":
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise ScriptError(f"expected an integer HTTP status, got {value!r}", at)
@@ -412,19 +433,49 @@ class Step:
         return self.kind
 
 
+#: Characters an HTTP field value may not hold (RFC 9110 5.5): controls but HTAB.
+_FIELD_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: The largest number a header value may be given as (it is sent as its digits).
+_MAX_HEADER_NUMBER = 10**15
+
+
+def header_value(value: Any) -> str:
+    """The text of one header value, or ValueError saying why it cannot be sent:
+    HTTP/1.1 sends Latin-1 bytes, and a control character (NUL, CR, LF, ...) would
+    end or corrupt the header."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"expected a string or number, got {_short(value)}")
+    if not isinstance(value, str):
+        if (isinstance(value, float) and not math.isfinite(value)) or not (
+            -_MAX_HEADER_NUMBER <= value <= _MAX_HEADER_NUMBER
+        ):
+            raise ValueError(f"expected a finite number of at most 1e15, got {_short(value)}")
+        return str(value)
+    bad = _FIELD_CONTROL.search(value)
+    if bad:
+        what = "line breaks are" if bad.group() in "\r\n" else f"{bad.group()!r} is"
+        raise ValueError(f"{what} not allowed (a control character, at position {bad.start()})")
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{value[e.start]!r} at position {e.start} is not Latin-1: HTTP/1.1 header "
+            "values are Latin-1 bytes (percent-encode other text)"
+        ) from None
+    return value
+
+
 def _headers(raw: Any, path: tuple[str | int, ...]) -> tuple[tuple[str, str], ...]:
     if not isinstance(raw, Mapping):
-        raise ScriptError(f"expected a table of header names to values, got {raw!r}", path)
+        raise ScriptError(f"expected a table of header names to values, got {_short(raw)}", path)
     out = []
     for name, value in raw.items():
         if not isinstance(name, str) or not re.fullmatch(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+", name):
-            raise ScriptError(f"bad header name {name!r}", path)
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise ScriptError(f"header {name!r}: expected a string or number, got {value!r}", path)
-        text = str(value)
-        if "\r" in text or "\n" in text:
-            raise ScriptError(f"header {name!r}: line breaks are not allowed", path)
-        out.append((name, text))
+            raise ScriptError(f"bad header name {_short(name)}", path)
+        try:
+            out.append((name, header_value(value)))
+        except ValueError as e:
+            raise ScriptError(f"header {name!r}: {e}", (*path, name)) from None
     return tuple(out)
 
 

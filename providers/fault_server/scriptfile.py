@@ -8,21 +8,25 @@ import json
 import os
 import re
 import tomllib
-from pathlib import Path
 
 from .script import Script, ScriptError, parse_script
 
-__all__ = ["load_script"]
+__all__ = ["MAX_SCRIPT_BYTES", "load_script"]
+
+#: The largest script file read (bytes): a regular file, never a pipe or a device.
+MAX_SCRIPT_BYTES = 16 << 20
 
 
 def load_script(path: str | os.PathLike[str]) -> Script:
     """Read and validate a JSON or TOML script file (by suffix, else by content)."""
+    # Imported here: a valid script (and the pytest plugin) need not load `fsm`.
+    from ...fsm.textfile import UnreadableFile, read_text
+
     name = os.fspath(path)
     try:
-        text = Path(name).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
-        raise ScriptError(f"cannot read the script file: {reason}", file=name) from None
+        text = read_text(name, MAX_SCRIPT_BYTES)
+    except UnreadableFile as e:
+        raise ScriptError(f"cannot read the script file: {e.reason}", file=name) from None
     is_json = name.endswith(".json") or (
         not name.endswith(".toml") and text.lstrip().startswith("{")
     )
@@ -35,14 +39,21 @@ def load_script(path: str | os.PathLike[str]) -> Script:
         raise ScriptError(
             f"invalid JSON: {e.msg} (column {e.colno})", file=name, line=e.lineno
         ) from None
+    except RecursionError:
+        raise ScriptError(_TOO_DEEP, file=name) from None
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
         msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(e))
         line = int(m.group(1)) if m else None
         col = f" (column {m.group(2)})" if m else ""
         raise ScriptError(f"invalid TOML: {msg}{col}", file=name, line=line) from None
+    except ValueError as e:  # a number of more than 4,300 digits
+        what = "JSON" if is_json else "TOML"
+        raise ScriptError(f"invalid {what}: {str(e).split(';')[0]}", file=name) from None
     try:
         return parse_script(raw)
+    except RecursionError:
+        raise ScriptError(_TOO_DEEP, file=name) from None
     except ScriptError as e:
         if is_json:
             line = _json_line(text, e.path)
@@ -52,6 +63,9 @@ def load_script(path: str | os.PathLike[str]) -> Script:
 
             line = toml_line(text, e.path)
         raise e.located(name, line) from None
+
+
+_TOO_DEEP = "nested too deeply (tables or arrays inside one another)"
 
 
 def _json_line(text: str, path: tuple[str | int, ...]) -> int | None:
