@@ -57,6 +57,7 @@ _BODY_HINT = re.compile(
 )
 
 
+
 def _clean(seconds: float) -> float | None:
     if math.isnan(seconds):
         return None

@@ -123,6 +123,8 @@ class Visit:
         )
 
 
+
+
 #: The visit of a turn that has not entered a target yet. Shared (one allocation less per
 #: turn, which the core bench's happy turn shows); never mutated: only outcomes mutate a
 #: visit, and no outcome is declared before the first attempt.

@@ -81,6 +81,7 @@ def graphviz_hint(fmt: str) -> str:
     )
 
 
+
 class CliError(Exception):
     """A user-facing failure: printed as one message, exit status `code`."""
 

@@ -85,11 +85,8 @@ def test_scenario_4_three_503s_with_three_attempts_fall_back_instead_of_failing(
     assert played.waits == ()
     assert played.state == "done"
     # Preferring to wait: every attempt with backoff, and still the fallback, never `failed`.
-    patient = play(
-        chain("a", "b", max_attempts=3, prefer_waiting=True),
-        ["overloaded"] * 3 + ["success"],
-        engine=engine,
-    )
+    patient = play(chain("a", "b", max_attempts=3, prefer_waiting=True),
+                   ["overloaded"] * 3 + ["success"], engine=engine)
     assert patient.models == ["a", "a", "a", "b"]
     assert len(patient.waits) == 2  # backoff between the three attempts, none before fallback
     assert patient.state == "done"

@@ -170,12 +170,8 @@ def test_hermes_abort_cancels_the_requests_turn(fault_server: FaultServer) -> No
 def test_an_explicit_policy_is_used_as_is(fault_server: FaultServer) -> None:
     policy = Policy.from_dict(
         {
-            "primary": {
-                "provider": "x",
-                "model": "m1",
-                "base_url": fault_server.base_url,
-                "api_key": "sk-1",
-            },
+            "primary": {"provider": "x", "model": "m1", "base_url": fault_server.base_url,
+                        "api_key": "sk-1"},
         }
     )
     agent = _agent(fault_server)

@@ -183,7 +183,7 @@ def test_windows_line_endings_count_the_same_lines() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["a = 1\n[b\nc = 2\n", 'a = "unterminated\nb = 1\n', "[[x]]\ny = [1, 2\n", "= = =", "[\n"],
+    ['a = 1\n[b\nc = 2\n', 'a = "unterminated\nb = 1\n', "[[x]]\ny = [1, 2\n", "= = =", "[\n"],
 )
 def test_text_that_is_not_toml_gives_what_was_found_before_it_and_never_raises(
     text: str,

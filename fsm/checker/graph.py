@@ -204,3 +204,4 @@ def _chain_steps(edges: Edges, kinds: Kinds, nid: int, fb: Step, bound: int) -> 
 
 def _args(st: Step) -> str:
     return f" {dict(st[1])}" if st[1] else ""
+

@@ -101,7 +101,8 @@ def fallback_gate(rec: TransitionRecord) -> Finding | None:
             if not falls_back(ctx, rec.trigger, rec.kind):
                 return Finding(
                     "fallback_gate",
-                    f"fell back to {name} on {rec.trigger}, which the policy does not fall back on",
+                    f"fell back to {name} on {rec.trigger}, which the policy does not fall "
+                    "back on",
                 )
             el = eligible(ctx, known, rec.health, rec.now, cur)
             if not el or el[0] != j:
@@ -337,7 +338,8 @@ def clean_turn_start(rec: TransitionRecord) -> Finding | None:
         if known.expect >= 0 and j != known.expect and known.cur < 0:
             return Finding(
                 "clean_turn_start",
-                f"waited for {ctx.names[known.expect]} at turn start, then called {ctx.names[j]}",
+                f"waited for {ctx.names[known.expect]} at turn start, then called "
+                f"{ctx.names[j]}",
             )
     return None
 
