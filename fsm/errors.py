@@ -17,7 +17,7 @@ class Problem:
     """One bad field of a policy: where it is, what it held, what is wrong."""
 
     path: str
-    value: str  # a repr, already redacted for secret fields
+    value: str  # a repr: key fields never shown, key-shaped values masked (fsm.redact)
     message: str
     line: int | None = None
 

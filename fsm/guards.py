@@ -123,7 +123,8 @@ def _bench_key(s: TurnState, o: Outcome) -> None:
     nb = v.key_not_before
     nb[cred.id] = max(nb.get(cred.id, 0.0), until)
     if rule.cooldown:
-        s.health.cool_credential(s.target.key, cred.id, until, now)
+        if s.health.cool_credential(s.target.key, cred.id, until, now) == until:
+            s.health.note_cause(s.target.key, o.cause, until, cred.id)
 
 
 def _hold_target(s: TurnState, o: Outcome) -> None:
@@ -376,7 +377,8 @@ def leave(s: TurnState) -> None:
         span = (
             o.retry_after if o.retry_after is not None else cooldown_for(s.policy.cooldown, streak)
         )
-        s.health.cool_target(t.key, now + span, now)
+        if s.health.cool_target(t.key, now + span, now) == now + span:
+            s.health.note_cause(t.key, o.cause, now + span)
     for j, why in s._skips.items():
         s.reasons.setdefault(s.policy.targets[j].name, why)
 
@@ -385,8 +387,7 @@ def _enter(s: TurnState, j: int) -> Action:
     now = s.at
     for k in range(s.first, j):
         s.reasons.setdefault(
-            s.policy.targets[k].name,
-            f"skipped at turn start: cooling for {s.target_ready_at(k) - now:.1f}s",
+            s.policy.targets[k].name, f"skipped at turn start: {s.cooling(k, now)}"
         )
     s.go_to(j)
     return s.attempt()
@@ -444,10 +445,7 @@ def _wait_for_target(s: TurnState, j: int) -> Action:
     now = s.at
     for k in range(s.first, len(s.policy.targets)):
         if k != j:
-            s.reasons.setdefault(
-                s.policy.targets[k].name,
-                f"cooling for {s.target_ready_at(k) - now:.1f}s at turn start",
-            )
+            s.reasons.setdefault(s.policy.targets[k].name, f"{s.cooling(k, now)} at turn start")
     s.go_to(j)
     return s.wait(max(0.0, s.target_ready_at(j) - s.at), "every target cooling: waiting for it")
 

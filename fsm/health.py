@@ -29,7 +29,15 @@ CredKey = tuple[Hashable, str]
 class HealthStore:
     """Cross-turn facts. All methods take `now` so that the store stays clock-agnostic."""
 
-    __slots__ = ("__weakref__", "_cred_until", "_lock", "_rr", "_streak", "_target_until")
+    __slots__ = (
+        "__weakref__",
+        "_cause",
+        "_cred_until",
+        "_lock",
+        "_rr",
+        "_streak",
+        "_target_until",
+    )
 
     @staticmethod
     def default() -> HealthStore:
@@ -42,6 +50,10 @@ class HealthStore:
         self._cred_until: dict[CredKey, float] = {}
         self._streak: dict[TargetKey, int] = {}
         self._rr: dict[TargetKey, int] = {}
+        # What started a cooldown, by target key or (target, credential id): its end and
+        # a short safe label ("quota (HTTP 402)", never provider text). Words for failure
+        # reports only; nothing decides by it.
+        self._cause: dict[Hashable, tuple[float, str]] = {}
 
     # -- reads (lock-free: single dict lookups are atomic in CPython) ---------------------
     def quiet(self) -> bool:
@@ -53,6 +65,27 @@ class HealthStore:
 
     def credential_until(self, target: TargetKey, cred: str) -> float:
         return self._cred_until.get((target, cred), 0.0)
+
+    def cause(self, target: TargetKey, cred: str | None = None) -> str | None:
+        """What started the cooldown in force on `target` (or its credential `cred`)."""
+        key: Hashable = target if cred is None else (target, cred)
+        until = self.target_until(target) if cred is None else self.credential_until(target, cred)
+        noted = self._cause.get(key)
+        return noted[1] if noted is not None and noted[0] == until else None
+
+    def note_cause(
+        self, target: TargetKey, cause: str, until: float, cred: str | None = None
+    ) -> None:
+        """Remember `cause` for the cooldown of `target` (or `cred`) ending at `until`,
+        if that is the one in force (a running cooldown keeps its own cause)."""
+        key: Hashable = target if cred is None else (target, cred)
+        with self._lock:
+            if cred is None:
+                held = self._target_until.get(target, 0.0)
+            else:
+                held = self._cred_until.get((target, cred), 0.0)
+            if held == until:
+                self._cause[key] = (until, cause)
 
     # -- writes ---------------------------------------------------------------------------
     def cool_target(self, target: TargetKey, until: float, now: float) -> float:
@@ -146,6 +179,7 @@ class HealthStore:
             self._cred_until.clear()
             self._streak.clear()
             self._rr.clear()
+            self._cause.clear()
 
     def facts(
         self, copy: bool = True

@@ -72,6 +72,13 @@ class Outcome:
     def of(cls, kind: str | OutcomeKind, **kw: Any) -> Outcome:
         return cls(OutcomeKind(kind), **kw)
 
+    @property
+    def cause(self) -> str:
+        """A short label safe to keep and print (kind and status, never the provider's
+        words): what a cooldown remembers as its cause, e.g. ``quota (HTTP 402)``."""
+        kind = str.__str__(self.kind)  # the value, without the enum's slower attribute lookup
+        return kind if self.status is None else f"{kind} (HTTP {self.status})"
+
 
 SUCCESS = Outcome(OutcomeKind.SUCCESS)
 CANCELLED = Outcome(OutcomeKind.CANCELLED, detail="cancelled")

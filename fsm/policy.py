@@ -14,6 +14,7 @@ back to an SDK's environment defaults.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
@@ -28,6 +29,7 @@ import attrs
 from . import registry
 from .errors import MissingCredential, PolicyError, Problem
 from .outcomes import OutcomeKind
+from .redact import looks_like_key, redact, safe_url, url_repr
 from .registry import Provider
 from .textfile import UnreadableFile, read_text
 from .tomlpos import split_path, toml_line
@@ -103,25 +105,59 @@ class _Problems:
             if field.startswith("[") or not self.prefix
             else (f"{self.prefix}.{field}")
         )
-        shown = "***" if secret else _short_repr(value)
-        self.items.append(Problem(path or "<policy>", shown, message))
+        path = redact(path)  # a key pasted as a field name is not echoed either
+        if secret or _KEY_FIELD.search(path):
+            # A field meant for a key (or its variable's name) is never echoed: a key
+            # typed into it by mistake would be printed.
+            shown = _hidden(value)
+            if isinstance(value, str) and looks_like_key(value) and not secret:
+                message += (
+                    "; the value looks like an API key: put the key in an environment "
+                    "variable and give its name here"
+                )
+        else:
+            shown = _short_repr(value)
+            if isinstance(value, str) and looks_like_key(value):
+                message += " (the value looks like an API key; it is not shown)"
+        # A message may quote the value (a URL parser's complaint): masked too.
+        self.items.append(Problem(path or "<policy>", shown, redact(message)))
 
     def extend(self, sub: PolicyError, field: str) -> None:
         for p in sub.problems:
             base = f"{self.prefix}.{field}" if self.prefix else field
             path = f"{base}.{p.path}" if not p.path.startswith("[") else f"{base}{p.path}"
-            self.items.append(attrs.evolve(p, path=path))
+            self.items.append(attrs.evolve(p, path=redact(path)))
 
     def raise_if_any(self) -> None:
         if self.items:
             raise PolicyError(self.items)
 
 
+def env_name_ok(name: object) -> bool:
+    """An environment variable's name, and not a key that happens to be shaped like one
+    (``gsk_...``, ``AIza...``)."""
+    return isinstance(name, str) and bool(_ENV_NAME.match(name)) and not looks_like_key(name)
+
+
+#: Fields that hold a key or the name of the variable that holds one.
+_KEY_FIELD = re.compile(r"(?:^|\.)(?:key_envs?|api_keys?|credentials?)(?:\[\d+\])?$")
+
+
 def _short_repr(value: object) -> str:
+    """The value as a problem shows it: short, and with anything key-shaped masked."""
     if value is _MISSING:
         return ""
-    text = repr(value)
+    text = redact(repr(value))
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _hidden(value: object) -> str:
+    """A value of a key field, described without being shown."""
+    if value is _MISSING:
+        return ""
+    if isinstance(value, str):
+        return f"*** ({len(value)} characters, not shown)"
+    return f"*** (a {type(value).__name__}, not shown)"
 
 
 _MISSING = object()
@@ -175,7 +211,7 @@ class Credential:
             ps.add("id", self.id, bad_id)
         if (self.env is None) == (self.key is None):
             ps.add("credential", _MISSING, "give exactly one of key_env or api_key")
-        if self.env is not None and not (isinstance(self.env, str) and _ENV_NAME.match(self.env)):
+        if self.env is not None and not env_name_ok(self.env):
             ps.add("key_env", self.env, "must be an environment variable name")
         if self.key is not None and (
             not isinstance(self.key, Secret)
@@ -204,6 +240,18 @@ class Credential:
         return cls(id=f"key#{n}", key=Secret(key))
 
 
+def _endpoint_id(base_url: str | None) -> str:
+    """The base_url as a health-store key shows it: without credentials, which a short
+    digest of the whole URL stands for (two URLs differing only in their key stay
+    apart; the store, its snapshot and a shared backend never hold the key)."""
+    if not base_url:
+        return ""
+    shown = safe_url(base_url)
+    if shown == base_url:
+        return base_url
+    return f"{shown}#{hashlib.sha256(base_url.encode()).hexdigest()[:12]}"
+
+
 def _default_credentials() -> tuple[Credential, ...]:
     return ()
 
@@ -222,7 +270,7 @@ class Target:
 
     provider: str
     model: str
-    base_url: str | None = None
+    base_url: str | None = attrs.field(default=None, repr=url_repr)
     context_length: int | None = None
     credentials: tuple[Credential, ...] = attrs.field(
         factory=_default_credentials, converter=_cred_tuple
@@ -242,6 +290,8 @@ class Target:
         for name in ("provider", "model"):
             v = getattr(self, name)
             bad = name_problem(v)
+            if bad is None and looks_like_key(v):  # it would be sent, traced and drawn
+                bad = f"must be a {name} name, not a key"
             if bad:
                 ps.add(name, v, bad)
         bad_url = url_problem(self.base_url) if self.base_url is not None else None
@@ -272,7 +322,7 @@ class Target:
         ps.raise_if_any()
         name = "primary" if self.index == 0 else f"fallback_{self.index}"
         object.__setattr__(self, "name", name)
-        object.__setattr__(self, "key", (self.provider, self.base_url or "", self.model))
+        object.__setattr__(self, "key", (self.provider, _endpoint_id(self.base_url), self.model))
 
     def same_as(self, other: Target) -> bool:
         """Identical entries (same provider+model, or same base_url+model) are skipped."""

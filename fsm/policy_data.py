@@ -18,7 +18,6 @@ from . import registry
 from .errors import PolicyError, Problem
 from .outcomes import OutcomeKind
 from .policy import (
-    _ENV_NAME,
     _MISSING,
     MAX_TARGETS,
     Backoff,
@@ -30,6 +29,7 @@ from .policy import (
     _Problems,
     _short_repr,
     chain_too_long,
+    env_name_ok,
     name_problem,
     resolve_target,
     url_problem,
@@ -98,7 +98,7 @@ def _providers_from_dict(raw: Any, ps: _Problems) -> dict[str, Provider]:
         given_envs = "key_env" in spec or "key_envs" in spec
         envs = list(_as_list(spec.get("key_env"))) + list(_as_list(spec.get("key_envs")))
         for e in envs:
-            if not isinstance(e, str) or not _ENV_NAME.match(e):
+            if not env_name_ok(e):
                 ps.add(f"{path}.key_env", e, "must be an environment variable name")
         keyless = spec.get("keyless")
         if keyless is not None and not isinstance(keyless, bool):
@@ -127,7 +127,7 @@ def _target_from_dict(
     envs = list(_as_list(data.get("key_env"))) + list(_as_list(data.get("key_envs")))
     keys = list(_as_list(data.get("api_key"))) + list(_as_list(data.get("api_keys")))
     for e in envs:
-        if not isinstance(e, str) or not _ENV_NAME.match(e):
+        if not env_name_ok(e):
             ps.add(f"{path}.key_env", e, "must be an environment variable name")
         else:
             creds.append(Credential.from_env(e))

@@ -1,20 +1,156 @@
-"""Scrub secrets out of text before it reaches a trace, log or exception."""
+"""Scrub secrets out of text before it reaches a trace, log, exception or repr.
+
+Three kinds of leak are handled, because providers and users produce all three:
+
+- a key the policy knows, whole or in the pieces providers print when they echo a
+  bad key (``sk-proj-****abcd``, ``sk-pr...abcd``, ``key ending in abcd``);
+- anything shaped like a key, known or not (``sk-...``, ``gsk_...``, ``AIza...``, a
+  long opaque token, ``Bearer ...``, ``api_key=...``, ``"api_key": "..."``);
+- credentials inside a URL (``https://user:pass@host``, ``?key=...``): `safe_url`.
+
+`scrub_exception` applies the same to an exception kept for the caller (its message,
+its args and its text attributes such as an SDK error's ``body``), in place.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-# Common API-key shapes: OpenAI/Anthropic style `sk-...`, bearer tokens, `key=` params.
-_PATTERNS = re.compile(
-    r"(sk-[A-Za-z0-9_\-]{6,})|(Bearer\s+[A-Za-z0-9_\-\.]{8,})|((?:api[_-]?key|token)=[^\s&\"']+)",
+__all__ = ["looks_like_key", "redact", "safe_url", "scrub_exception", "url_repr"]
+
+MASK = "***"
+
+#: Prefixes that real API keys carry (OpenAI, Anthropic, OpenRouter, xAI, Groq,
+#: Google, Hugging Face, Replicate, GitHub, NVIDIA, Cerebras, Fireworks, Perplexity,
+#: Together, GitLab, Slack, Google OAuth).
+_PREFIX = (
+    r"(?:sk|pk|rk|ak)[-_]|xai-|gsk_|AIza|hf_|r8_|gh[pousr]_|github_pat_|nvapi-|csk-|fw_|"
+    r"pplx-|tgp_v1_|glpat-|xox[abpr]-|ya29\."
+)
+_KEY_SHAPED = re.compile(rf"(?<![A-Za-z0-9])(?:{_PREFIX})[A-Za-z0-9_\-.]{{6,}}")
+#: A long opaque token: 24+ letters and digits in one run, and what is joined to it
+#: (Z.AI's ``<32 hex>.<secret>``, Azure's 32 hex digits).
+_OPAQUE = re.compile(
+    r"(?<![A-Za-z0-9])(?=[A-Za-z]*[0-9])(?=[0-9]*[A-Za-z])[A-Za-z0-9]{24,}(?:[._\-][A-Za-z0-9]+)*"
+)
+_BEARER = re.compile(r"(Bearer\s+)[^\s\"',]{4,}", re.IGNORECASE)
+_SECRET_NAMES = (
+    r"api[_-]?key|apikey|x-api-key|key|token|access[_-]?token|secret|password|sig|signature"
+)
+#: ``?key=...``, ``&api_key=...`` in URLs and form bodies.
+_PARAM = re.compile(rf"([?&;](?:{_SECRET_NAMES})=)[^\s&#\"']+", re.IGNORECASE)
+#: ``"api_key": "..."``, ``api-key: ...``, ``token=...`` in echoed JSON, headers, text.
+_FIELD = re.compile(
+    r"((?:api[_-]?key|apikey|x-api-key|access[_-]?token|secret|password|token)"
+    r"[\"']?\s*[:=]\s*[\"']?)([^\s\"',}&]{4,})",
     re.IGNORECASE,
 )
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/\s@?#]+@")
+#: A token that prints part of a key with the rest masked: ``sk-proj-****abcd``,
+#: ``sk-ab...wxyz``, ``sk-ab…wxyz``, ``••••abcd``, ``sk-abc****``.
+_MASKED = re.compile(
+    r"[A-Za-z0-9_\-]+(?:\*{2,}|•{2,}|…|\.{3})[A-Za-z0-9_\-]{2,}"
+    r"|(?:\*{4,}|•{3,}|…|\.{3})[A-Za-z0-9_\-]{4,}"
+    r"|[A-Za-z0-9_\-]{2,}(?:\*{3,}|•{3,})"
+)
+_TOKEN = re.compile(r"[A-Za-z0-9_\-]{4,}")
+
+
+def looks_like_key(text: str) -> bool:
+    """Is there anything shaped like an API key in `text`?"""
+    return bool(_KEY_SHAPED.search(text) or _OPAQUE.search(text) or _BEARER.search(text))
+
+
+def _pieces(secrets: Iterable[str]) -> list[str]:
+    return [s for s in secrets if isinstance(s, str) and len(s) >= 4]
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """`text` with every known secret and every key-shaped token replaced by ``***``."""
-    for s in secrets:
-        if s and len(s) >= 4 and s in text:
-            text = text.replace(s, "***")
-    return _PATTERNS.sub("***", text)
+    """`text` with every known secret (whole or in printed pieces), every key-shaped
+    token and every credential inside a URL replaced by ``***``."""
+    known = _pieces(secrets)
+    for s in sorted(known, key=len, reverse=True):
+        if s in text:
+            text = text.replace(s, MASK)
+    text = _MASKED.sub(MASK, text)
+    text = _USERINFO.sub(rf"\1{MASK}@", text)
+    text = _PARAM.sub(rf"\1{MASK}", text)
+    text = _FIELD.sub(rf"\1{MASK}", text)
+    text = _BEARER.sub(rf"\1{MASK}", text)
+    text = _KEY_SHAPED.sub(MASK, text)
+    text = _OPAQUE.sub(MASK, text)
+    if not known:
+        return text
+
+    def fragment(m: re.Match[str]) -> str:
+        tok = m.group(0)
+        for s in known:
+            if len(tok) >= 6 and tok in s and (len(tok) >= 12 or any(c.isdigit() for c in tok)):
+                return MASK  # a run of a key's characters, printed without its mask
+            if s.endswith(tok) or (len(tok) >= 8 and s.startswith(tok)):
+                return MASK  # "ending in abcd": the tail providers print
+        return tok
+
+    return _TOKEN.sub(fragment, text)
+
+
+def safe_url(url: Any) -> Any:
+    """`url` without credentials: no ``user:pass@``, no secret query values, no
+    key-shaped path segment. Anything that is not a string is returned as is."""
+    if not isinstance(url, str):
+        return url
+    return redact(url)
+
+
+def url_repr(url: Any) -> str:
+    """``repr`` of a URL without its credentials (an attrs field's ``repr=``)."""
+    return repr(safe_url(url))
+
+
+def _scrub_value(value: Any, secrets: list[str], depth: int = 0) -> Any:
+    if depth > 20:
+        return value
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, Mapping):
+        return {
+            (redact(k, secrets) if isinstance(k, str) else k): _scrub_value(v, secrets, depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        items = [_scrub_value(v, secrets, depth + 1) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    return value
+
+
+def scrub_exception(error: BaseException, secrets: Iterable[str] = ()) -> BaseException:
+    """Scrub `error` in place, with its causes: its args (what ``str`` and ``repr``
+    show) and the text, dict and list attributes it carries (an SDK error's
+    ``message``, ``body``, ``code``...). Objects such as an HTTP response are left."""
+    known = _pieces(secrets)
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        todo += [e.__cause__, e.__context__]
+        try:
+            e.args = tuple(_scrub_value(a, known) for a in e.args)
+        except (AttributeError, TypeError):  # pragma: no cover - an exotic exception type
+            pass
+        attrs_of = getattr(e, "__dict__", None)
+        if not isinstance(attrs_of, dict):
+            continue
+        for name, value in list(attrs_of.items()):
+            if isinstance(value, BaseException):
+                todo.append(value)
+            elif isinstance(value, str | Mapping | list | tuple):
+                try:
+                    setattr(e, name, _scrub_value(value, known))
+                except (AttributeError, TypeError):  # pragma: no cover - read-only attribute
+                    pass
+    return error

@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 
 from .outcomes import OutcomeKind
+from .redact import safe_url, url_repr
 
 __all__ = [
     "PROVIDERS",
@@ -70,7 +71,7 @@ class Provider:
     """
 
     name: str
-    base_url: str | None
+    base_url: str | None = attrs.field(repr=url_repr)
     key_envs: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     keyless: bool = False
     docs: str = ""
@@ -97,7 +98,7 @@ class Provider:
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "base_url": self.base_url,
+            "base_url": safe_url(self.base_url),  # printed by `fallgate providers`
             "key_envs": list(self.key_envs),
             "keyless": self.keyless,
             "error_codes": {k: v.value for k, v in self.error_codes.items()},

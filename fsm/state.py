@@ -25,6 +25,7 @@ from .health import HealthStore, relative
 from .machine import ABORTED, IDLE, Declaration, declare
 from .outcomes import Outcome
 from .policy import Credential, Policy, Target
+from .redact import scrub_exception
 from .trace import TraceEvent
 
 if TYPE_CHECKING:
@@ -387,10 +388,25 @@ class TurnState:
         floor = self.context_floor
         if floor is not None and t.context_length is not None and t.context_length <= floor:
             return f"skipped: context_length {t.context_length} <= {floor}"
-        ready = self.target_ready_at(j)
-        if ready > now:
-            return f"skipped: cooling for {ready - now:.1f}s"
+        if self.target_ready_at(j) > now:
+            return f"skipped: {self.cooling(j, now)}"
         return None
+
+    def cooling(self, j: int, now: float) -> str:
+        """Why target j is cooling, for how long and since what outcome:
+        ``cooling for 170.0s after quota (HTTP 402) on env:KEY``."""
+        t = self.policy.targets[j]
+        h = self.health
+        bench = h.target_until(t.key)
+        soonest, cred = min((h.credential_until(t.key, c.id), c.id) for c in t.pool())
+        text = f"cooling for {max(bench, soonest) - now:.1f}s"
+        if bench >= soonest:
+            cause = h.cause(t.key)
+            return f"{text} after {cause}" if cause else text
+        cause = h.cause(t.key, cred)
+        size = len(t.pool())
+        which = cred if size == 1 else f"{cred}, the first of its {size} keys to free up"
+        return f"{text} after {cause} on {which}" if cause else f"{text} ({which})"
 
     def next_eligible(self) -> int:
         """The fallback to take now (-1 if none); cached per event.
@@ -501,11 +517,17 @@ class TurnState:
                 self.reasons[t.name] = f"not in this turn's chain (it starts at {first})"
             elif t.index < max(here, 0):
                 self.reasons[t.name] = "skipped at turn start: cooling"
+            elif here < 0 and state != ABORTED and self.target_ready_at(t.index) > self.at:
+                self.reasons[t.name] = f"skipped at turn start: {self.cooling(t.index, self.at)}"
             elif state == ABORTED:
                 self.reasons[t.name] = "not tried: turn aborted"
             else:
                 kind = self.outcome.kind.value if self.outcome else "turn start"
                 self.reasons[t.name] = f"not tried: {kind} does not fall back (policy)"
+        if self.outcome is not None and self.outcome.error is not None:
+            # The caller gets it as `last_error`: no key of the pool, nothing key-shaped.
+            # (Details were scrubbed when the outcome was classified: `drivers`.)
+            scrub_exception(self.outcome.error, self.policy.secrets())
         reasons = {
             name: why if isinstance(why, str)
             else f"attempted {why[0]}x, last: {self.describe(why[1])}"

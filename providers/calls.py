@@ -57,6 +57,38 @@ def check_completion(reply: Any) -> None:
         raise MalformedReply("a chat completion without choices")
     if all(getattr(c, "finish_reason", None) == "content_filter" for c in choices):
         raise content_filter_error(reply)
+    if not any(_usable(c) for c in choices):
+        for c in choices:
+            error = getattr(c, "error", None)  # OpenRouter: finish_reason "error" + its error
+            if isinstance(error, dict) and error:
+                raise FailedReply(error)
+        raise MalformedReply(_unusable(choices[0]))
+
+
+#: Finish reasons that end a real reply even when it carries nothing: the caller's own
+#: token limit (a reasoning model can spend it all before any content).
+_EMPTY_BUT_REAL = frozenset({"length"})
+#: What a chat message may carry instead of (or with) content.
+_CARRIERS = ("content", "refusal", "tool_calls", "function_call", "audio")
+
+
+def _usable(choice: Any) -> bool:
+    """A choice with a message that says something (or stopped at the token limit)."""
+    finish = getattr(choice, "finish_reason", None)
+    message = getattr(choice, "message", None)
+    if finish == "error" or message is None:
+        return False
+    return finish in _EMPTY_BUT_REAL or any(getattr(message, n, None) for n in _CARRIERS)
+
+
+def _unusable(choice: Any) -> str:
+    """What is wrong with a choice `_usable` refused (no provider text: its shape only)."""
+    finish = getattr(choice, "finish_reason", None)
+    if finish == "error":
+        return "a chat completion whose choice has finish_reason 'error'"
+    if getattr(choice, "message", None) is None:
+        return "a chat completion whose choice has no message"
+    return "a chat completion whose message is empty (no content, refusal or tool call)"
 
 
 def check_response(reply: Any) -> None:
@@ -65,6 +97,8 @@ def check_response(reply: Any) -> None:
         raise _malformed("a response", reply)
     if reply.status == "failed":
         raise FailedReply(reply.error)
+    if reply.status in (None, "completed") and not reply.output:
+        raise MalformedReply("a completed response without any output")
 
 
 def check_embeddings(reply: Any) -> None:

@@ -123,7 +123,6 @@ def content_filter_error(completion: Any) -> openai.ContentFilterFinishReasonErr
 # -- secrets -------------------------------------------------------------------------------
 
 _KEY_ECHO = re.compile(r"(api key provided:\s*)(\S+)", re.IGNORECASE)
-_TOKEN = re.compile(r"[A-Za-z0-9_\-.*]{6,}")
 
 
 def _request_secret(e: BaseException) -> list[str]:
@@ -152,26 +151,10 @@ def _request_secret(e: BaseException) -> list[str]:
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """`text` without keys: known secrets, key-shaped tokens, and echoed key fragments.
-
-    Providers echo part of a bad key in 401 messages (``sk-ab***xyz``); any
-    token whose starless pieces (4+ characters) occur inside a known secret is
-    replaced too.
-    """
-    secrets = [s for s in secrets if s and len(s) >= 4]
-    text = _KEY_ECHO.sub(r"\1***", text)
-    text = redact(text, secrets)
-    if not secrets:
-        return text
-
-    def fragment(m: re.Match[str]) -> str:
-        tok = m.group(0)
-        for piece in re.split(r"[*.]+", tok):
-            if len(piece) >= 4 and any(piece in s for s in secrets):
-                return "***"
-        return tok
-
-    return _TOKEN.sub(fragment, text)
+    """`text` without keys: the known `secrets` whole or in the pieces providers print
+    (``sk-ab***xyz``), key-shaped tokens, credentials in URLs (`fsm.redact.redact`),
+    and whatever follows "API key provided:"."""
+    return redact(_KEY_ECHO.sub(r"\1***", text), secrets)
 
 
 def _one_line(e: BaseException) -> str:
@@ -212,15 +195,20 @@ def _transport_types() -> tuple[type[BaseException], ...]:
 
 
 def classify_openai(
-    e: BaseException, *, now: float | None = None, provider: Provider | None = None
+    e: BaseException,
+    *,
+    now: float | None = None,
+    provider: Provider | None = None,
+    secrets: Iterable[str] = (),
 ) -> Outcome:
     """Map one exception from an SDK call (or our own adapter) to an `Outcome`.
 
     `now` is the wall-clock time used for HTTP-date Retry-After values
     (defaults to `time.time()`); `provider` is the registry entry of the target
-    the attempt went to, whose quirks are read first.
+    the attempt went to, whose quirks are read first; `secrets` are keys to scrub
+    from the detail besides the one the request carried (the policy's pool).
     """
-    secrets = _request_secret(e)
+    secrets = [*_request_secret(e), *secrets]
     o = _classify(e, time.time() if now is None else now, provider)
     detail = scrub(o.detail, secrets)
     if len(detail) > _DETAIL_MAX:
@@ -244,7 +232,8 @@ def classifier_for(
 
     def classify(e: BaseException) -> Outcome:
         target = current()
-        return classify_openai(e, provider=None if target is None else policy.provider(target))
+        provider = None if target is None else policy.provider(target)
+        return classify_openai(e, provider=provider, secrets=policy.secrets())
 
     return classify
 

@@ -3,15 +3,17 @@
 Both follow one rule. Events that carry no output yet (a chat stream's
 role-only opener; a Responses stream's ``response.created``,
 ``response.in_progress``, ``response.output_item.added``, ...) are held back.
-The first event with output (chat: content, a refusal, tool calls, a
-finish_reason or usage; Responses: ``response.output_text.delta``,
-``response.refusal.delta`` or ``response.function_call_arguments.delta``, or
-the stream's end) is handed over with everything held before it, and from
-then on the stream is *committed*: an error becomes `StreamInterrupted`
-carrying the text already delivered. A stream that ends before its proper end
-(chat: a ``finish_reason``; Responses: ``response.completed`` or
-``response.incomplete``) counts as interrupted; one that ends before any
-output is a malformed reply (retried or fallen back like any other fault).
+The first event with output (chat: content, a refusal, tool calls, or a
+``length`` / ``content_filter`` finish, which end a real reply even when it says
+nothing; Responses: ``response.output_text.delta``, ``response.refusal.delta`` or
+``response.function_call_arguments.delta``, or the stream's end with output) is
+handed over with everything held before it, and from then on the stream is
+*committed*: an error becomes `StreamInterrupted` carrying the text already
+delivered. A stream that ends before its proper end (chat: a ``finish_reason``
+other than ``error``; Responses: ``response.completed`` or
+``response.incomplete``) counts as interrupted; one that ends before any output
+(a bare ``stop``, usage only, ``finish_reason: "error"``) is a malformed reply,
+retried or fallen back like any other fault, never an empty success.
 """
 
 from __future__ import annotations
@@ -103,11 +105,19 @@ class ChatDelivery(Delivery):
             )
         found = False
         if getattr(event, "usage", None) is not None:
-            self.usage = usage_of(event)
-            found = True
+            self.usage = usage_of(event)  # usage alone is no output (it comes last)
         for choice in choices:
-            if getattr(choice, "finish_reason", None):
-                self.finished = found = True
+            finish = getattr(choice, "finish_reason", None)
+            if finish == "error":
+                # OpenRouter ends a stream it cannot finish with finish_reason "error" (and
+                # the choice's error object): never a success, interrupted once committed.
+                error = getattr(choice, "error", None)
+                if isinstance(error, dict) and error:
+                    raise FailedReply(error)
+                raise MalformedReply("the stream ended with finish_reason 'error'")
+            if finish:
+                self.finished = True
+                found = found or finish in EMPTY_BUT_REAL
             delta = getattr(choice, "delta", None)
             if delta is not None and any(
                 getattr(delta, name, None)
@@ -125,6 +135,10 @@ class ChatDelivery(Delivery):
                 parts.append(content)
         return "".join(parts)
 
+
+#: Finish reasons that end a real chat reply even with nothing said: the caller's token
+#: limit, the content filter (classified as such, as without a stream).
+EMPTY_BUT_REAL = frozenset({"length", "content_filter"})
 
 #: Responses stream events that carry output: the first one commits the stream.
 OUTPUT_DELTAS = frozenset(
@@ -157,6 +171,9 @@ class ResponsesDelivery(Delivery):
                 {"code": getattr(event, "code", None), "message": getattr(event, "message", None)}
             )
         if kind in ENDINGS:
+            if not self.committed and kind == "response.completed":
+                if not getattr(getattr(event, "response", None), "output", None):
+                    raise MalformedReply("the stream completed without any output")
             self.finished = True
             self.usage = usage_of(event)
             return True

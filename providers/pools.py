@@ -32,6 +32,7 @@ import openai
 from ..fsm import Target
 from ..fsm.errors import MissingCredential
 from ..fsm.policy import Credential
+from ..fsm.redact import safe_url
 from . import transport
 from .bounds import instrument
 from .classify import ClientUnavailable
@@ -101,7 +102,8 @@ def check_client(client: Any, target: Target, api_key: str) -> None:
     want = str(target.base_url).rstrip("/")
     if got != want or client.api_key != api_key:
         raise ValueError(
-            f"the SDK client for target {target.name} points at {got!r}, not {want!r} "
+            f"the SDK client for target {target.name} points at {safe_url(got)!r}, "
+            f"not {safe_url(want)!r} "
             "(or carries another key): refusing to send"
         )
 

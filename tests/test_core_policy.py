@@ -52,7 +52,7 @@ def test_one_error_names_every_bad_field_and_value():
         "primary.model = ''",
         "fallback_providers[0].provider: missing",
         "fallback_providers[0].context_length = -4",
-        "fallback_providers[0].key_env = '1BAD'",
+        "fallback_providers[0].key_env = *** (4 characters, not shown)",  # never echoed
         "max_attemps: unknown field (did you mean 'max_attempts'?)",
         "deadline = -1",
         "backoff.initial = 'soon'",

@@ -379,6 +379,31 @@ def test_a_stream_step_refuses_a_non_stream_request_loudly(srv: FaultServer) -> 
         ask(srv, "m")
 
 
+def test_an_sse_step_sends_its_events_as_they_are(srv: FaultServer) -> None:
+    """Chunks no well-behaved server sends (an empty choice with finish_reason "error"),
+    for testing how a client copes: each event reaches the SDK unchanged."""
+    odd = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+           "choices": [{"index": 0, "delta": {}, "finish_reason": "error",
+                        "error": {"code": 502, "message": "upstream"}}]}  # fmt: skip
+    srv.script(one("m", kind="sse", events=[odd]))
+    with client(srv) as c:
+        got = list(c.chat.completions.create(model="m", messages=MESSAGES, stream=True))
+    assert [ch.choices[0].finish_reason for ch in got] == ["error"]
+    assert got[0].choices[0].error == {"code": 502, "message": "upstream"}  # type: ignore[attr-defined]
+
+
+def test_an_sse_step_refuses_a_non_stream_request_loudly(srv: FaultServer) -> None:
+    srv.script(one("m", kind="sse", events=["{}"]))
+    with pytest.raises(openai.BadRequestError, match="sse step"):
+        ask(srv, "m")
+
+
+def test_a_200_with_any_body_is_a_status_step(srv: FaultServer) -> None:
+    srv.script(one("m", kind="status", status=200, body={"choices": []}))
+    with client(srv) as c:
+        assert c.chat.completions.create(model="m", messages=MESSAGES).choices == []
+
+
 # --------------------------------------------------------------------------- the wire
 
 
@@ -597,6 +622,11 @@ async def test_async_streams_see_the_same_faults(srv: FaultServer) -> None:
         ({"models": {"m": {"kind": "drop"}}}, 'models["m"]', "list of steps"),
         ({"default": {"kind": "answr"}}, "default.kind", "unknown kind"),
         ({"modles": {}}, "modles", "unknown top-level key"),
+        (one("m", kind="sse"), 'models["m"][0].events', "missing"),
+        (one("m", kind="sse", events=[]), 'models["m"][0].events', "non-empty list"),
+        (one("m", kind="sse", events=[5]), 'models["m"][0].events[0]', "JSON object or a string"),
+        (one("m", kind="sse", events=["a\nb"]), 'models["m"][0].events[0]', "line breaks"),
+        (one("m", kind="sse", events=["x"], done="yes"), 'models["m"][0].done', "true or false"),
     ],
 )
 def test_a_malformed_script_names_the_model_step_and_field(

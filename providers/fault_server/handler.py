@@ -226,6 +226,8 @@ class Handler(BaseHTTPRequestHandler):
         kind = step.kind
         if kind in ("answer", "tool_calls", "stream"):
             self._reply(step, index, api, model, stream, request)
+        elif kind == "sse":
+            self._sse(step, index, api, model, stream)
         elif kind == "status":
             body = step.body
             if body is None:
@@ -404,6 +406,25 @@ class Handler(BaseHTTPRequestHandler):
                 deltas = replies.chat_deltas(pieces, calls, args)
                 said = replies.spoken("".join(pieces), calls)
                 self._stream_chat(step, model, request, deltas, said, then)
+
+    def _sse(self, step: Step, index: int | None, api: str, model: str, stream: bool) -> None:
+        """An ``sse`` step: its events as they are (Responses events named by their type)."""
+        if not stream or api == "embeddings":
+            where = f"the step for model {model!r} (index {index}) is an sse step"
+            self._error(400, f"fault script: {where}, but the request did not ask for stream=true")
+            return
+        self._open_stream("done" if step.done else "cut", step.headers)
+        for n, event in enumerate(step.events):
+            if n and step.interval:
+                self._hold(step.interval)
+            if isinstance(event, str):
+                self._event(event.encode())
+            else:
+                kind = event.get("type") if isinstance(event, dict) else None
+                self._event(event, kind if api == "responses" and isinstance(kind, str) else None)
+        if step.done:
+            self._event(b"[DONE]")
+            self._chunk(b"")
 
     def _open_stream(self, then: str, headers: Sequence[tuple[str, str]] = ()) -> None:
         if then != "done":

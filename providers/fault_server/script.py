@@ -42,6 +42,10 @@ takes ``delay``, seconds before anything is sent):
   ignores, otherwise), then the ``answer`` (``text``).
 - ``endless``: 200 headers, then ``bytes`` (65536) of padding every
   ``interval`` (0) for ``seconds``, never a reply; then close.
+- ``sse`` (stream requests only): ``events`` (required: a list of JSON objects or
+  strings, each sent as one ``data:`` event as it is, e.g. a chunk no real server
+  would send), ``done`` (true: end with ``data: [DONE]``), ``interval``, ``headers``.
+  For any 200 body without a stream, use ``status`` with ``status = 200``.
 - ``tool_calls``: ``tool_calls`` (required: a list of ``{name, arguments}``,
   ``arguments`` a JSON object or a string sent as-is, optional ``id``);
   ``text`` (content sent with the calls, default none), ``finish_reason``
@@ -92,6 +96,7 @@ KINDS = (
     "trickle_body",
     "keepalive",
     "endless",
+    "sse",
 )
 #: The slow-server kinds: they send something every `interval` (default below).
 TRICKLES = ("trickle_headers", "trickle_body", "keepalive", "endless")
@@ -232,6 +237,7 @@ _FIELDS: dict[str, frozenset[str]] = {
     "trickle_body": frozenset({"text", "interval", "seconds"}),
     "keepalive": frozenset({"text", "interval", "seconds"}),
     "endless": frozenset({"interval", "seconds", "bytes"}),
+    "sse": frozenset({"events", "done", "interval", "headers"}),
 }
 
 
@@ -303,6 +309,8 @@ class Step:
     error_shape: str = "openai"
     tool_calls: tuple[ToolCall, ...] = ()
     bytes: int = 65536
+    events: tuple[Any, ...] = ()
+    done: bool = True
 
     @classmethod
     def parse(cls, raw: Any, path: Sequence[str | int] = ()) -> Step:
@@ -384,6 +392,12 @@ class Step:
                         f"expected a piece size between 1 and {_MAX_PIECE} bytes, got {value}", at
                     )
                 out[key] = value
+            elif key == "events":
+                out[key] = _sse_events(value, at)
+            elif key == "done":
+                if not isinstance(value, bool):
+                    raise ScriptError(f"expected true or false, got {value!r}", at)
+                out[key] = value
             elif key == "error":
                 if not isinstance(value, Mapping):
                     raise ScriptError(
@@ -408,6 +422,10 @@ class Step:
                     (*where, "interval"),
                 )
             out.setdefault("interval", 0.0 if kind == "endless" else TRICKLE_INTERVAL)
+        if kind == "sse" and "events" not in raw:
+            raise ScriptError(
+                "missing field (a list of events: JSON objects or strings)", (*where, "events")
+            )
         if kind == "tool_calls" and "tool_calls" not in raw:
             raise ScriptError(
                 "missing field (a list like [{name = ..., arguments = {...}}])",
@@ -422,6 +440,8 @@ class Step:
         if self.kind == "stream":
             n = self.chunks if isinstance(self.chunks, int) else len(self.chunks or ())
             return f"stream {n} then {self.then}"
+        if self.kind == "sse":
+            return f"sse {len(self.events)} event{'' if len(self.events) == 1 else 's'}"
         if self.kind == "tool_calls":
             return f"tool_calls {', '.join(c.name for c in self.tool_calls)}"
         if self.kind in ("timeout", "hang"):
@@ -431,6 +451,26 @@ class Step:
         if self.kind == "answer":
             return f"answer {self.text[:20]!r}" + (f" after {self.delay:g}s" if self.delay else "")
         return self.kind
+
+
+def _sse_events(raw: Any, path: tuple[str | int, ...]) -> tuple[Any, ...]:
+    """An ``sse`` step's events: JSON objects/arrays (sent as JSON) or strings (as-is)."""
+    if not isinstance(raw, list) or not raw:
+        raise ScriptError(f"expected a non-empty list of events, got {_short(raw)}", path)
+    for i, event in enumerate(raw):
+        if isinstance(event, str):
+            if "\n" in event or "\r" in event:
+                raise ScriptError("line breaks are not allowed in an event", (*path, i))
+        elif isinstance(event, Mapping | list):
+            try:
+                json.dumps(event)
+            except (TypeError, ValueError, RecursionError) as e:
+                raise ScriptError(f"not JSON: {type(e).__name__}", (*path, i)) from None
+        else:
+            raise ScriptError(
+                f"expected a JSON object or a string, got {_short(event)}", (*path, i)
+            )
+    return tuple(raw)
 
 
 #: Characters an HTTP field value may not hold (RFC 9110 5.5): controls but HTAB.
