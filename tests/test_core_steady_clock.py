@@ -75,7 +75,7 @@ def test_the_reason_for_a_cooling_target_counts_forward_time_only():
     clock.t -= 3600
     with pytest.raises(TurnFailed) as err:
         run(policy, fail_a, health=health, clock=clock)
-    assert err.value.reasons["primary"] == "skipped at turn start: cooling for 5.0s"
+    assert err.value.reasons["primary"].startswith("skipped at turn start: cooling for 5.0s")
 
 
 def test_a_clock_stepping_back_mid_turn_does_not_lengthen_the_deadline():
