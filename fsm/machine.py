@@ -22,7 +22,8 @@ to every later one). `Declaration.edges()` lists every edge.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import bisect
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Final, TypeAlias
 
 import attrs
@@ -142,28 +143,35 @@ class Transition:
 
 @attrs.frozen(slots=True)
 class FanOut:
-    """One edge per target ``first``, ``first + 1``, ... (to the end of the chain), in
-    that order: edge j goes to ``dests[j]`` with guard and effect about target j.
+    """One edge per target of ``among[lo:hi]`` (target indexes, ascending), in that
+    order: edge j goes to ``dests[j]`` with guard and effect about target j.
 
     Listed one by one, the fall-back edges give each target an edge to every later
     one, per fault kind: n²/2 of them for a chain of n (4 million edges, 23 s and
     835 MB for 1,000 targets). As a fan-out each set is one object; `dests` (every
-    target's state of one phase) is shared by all fan-outs of that phase."""
+    target's state of one phase) and `among` are shared by the fan-outs."""
 
     trigger: str
     source: str
     guard: Guard
     effect: Effect
     dests: tuple[str, ...] = attrs.field(repr=False)
-    first: int = 0
+    among: Sequence[int] = attrs.field(repr=False)
+    lo: int = 0
+    hi: int = 0
 
     def edge(self, j: int) -> Transition:
-        """The edge to target j (``first <= j < len(dests)``)."""
+        """The edge to target j (one of ``among[lo:hi]``)."""
         return Transition(self.trigger, self.source, self.dests[j], self.guard, self.effect, j)
 
     def edges(self) -> Iterator[Transition]:
-        for j in range(self.first, len(self.dests)):
-            yield self.edge(j)
+        for k in range(self.lo, self.hi):
+            yield self.edge(self.among[k])
+
+    def covers(self, j: int) -> bool:
+        """Is there an edge to target j?"""
+        k = bisect.bisect_left(self.among, j, self.lo, self.hi)
+        return k < self.hi and self.among[k] == j
 
 
 #: What a declaration lists: an edge, or a fan-out standing for one edge per target.
@@ -272,8 +280,11 @@ def _dests(policy: Policy, phase: Phase) -> tuple[str, ...]:
 
 def _turn_start(policy: Policy) -> Iterator[Declared]:
     """The first target not cooling; if all are cooling, wait for the soonest."""
-    yield FanOut(START, IDLE, FIRST_IS, ENTER, _dests(policy, Phase.CALLING))
-    yield FanOut(START, IDLE, SOONEST_IS, WAIT_FOR_TARGET, _dests(policy, Phase.COOLING))
+    n = len(policy.targets)
+    every = range(n)
+    yield FanOut(START, IDLE, FIRST_IS, ENTER, _dests(policy, Phase.CALLING), every, 0, n)
+    cooling = _dests(policy, Phase.COOLING)
+    yield FanOut(START, IDLE, SOONEST_IS, WAIT_FOR_TARGET, cooling, every, 0, n)
     yield Transition(START, IDLE, FAILED, None, FAIL)
 
 
@@ -306,28 +317,36 @@ def _on_fault(policy: Policy, i: int, kind: OutcomeKind) -> Iterator[Declared]:
 
 
 def _fallbacks(policy: Policy, i: int, trigger: str, source: str) -> Iterator[Declared]:
-    """To the next eligible of the targets after i: one edge per later target."""
-    if i + 1 < len(policy.targets):
-        yield FanOut(trigger, source, NEXT_IS, FALL_BACK, _dests(policy, Phase.CALLING), i + 1)
-    yield from _back_to_unknown(policy, i, trigger, source)
+    """To the next eligible target: one edge per later target, then (after a context
+    overflow) the moves back up the chain `_back_targets` allows."""
+    n = len(policy.targets)
+    calling = _dests(policy, Phase.CALLING)
+    if i + 1 < n:
+        yield FanOut(trigger, source, NEXT_IS, FALL_BACK, calling, range(n), i + 1, n)
+    if policy.targets[i].context_length is None:
+        return
+    back = _back_targets(policy)
+    below = bisect.bisect_left(back, i)
+    if below:
+        yield FanOut(trigger, source, NEXT_IS, FALL_BACK, calling, back, 0, below)
 
 
-def _back_to_unknown(policy: Policy, i: int, trigger: str, source: str) -> Iterator[Declared]:
+def _back_targets(policy: Policy) -> tuple[int, ...]:
     """The only moves back up the chain (`TurnState.next_eligible`): after a context
     overflow, from a target of known context_length to an untried one of unknown
-    length that was passed over for it. Declared only where the chain allows one: j
-    has no context_length and an earlier target has one (the overflow that set the
-    floor), and i has one."""
-    targets = policy.targets
-    if targets[i].context_length is None:
-        return
-    known_before = False
-    for j in range(i):
-        t = targets[j]
-        if t.context_length is not None:
-            known_before = True
-        elif known_before:
-            yield Transition(trigger, source, t.name, NEXT_IS, FALL_BACK, j)
+    length that was passed over for it. So: the targets j of unknown context_length
+    with a known one before them (the overflow that set the floor); a target i of
+    known length may move back to those before it. Shared by every fan-out (memoised)."""
+    found = policy.memo.get("back_targets")
+    if found is None:
+        out, known_before = [], False
+        for j, t in enumerate(policy.targets):
+            if t.context_length is not None:
+                known_before = True
+            elif known_before:
+                out.append(j)
+        found = policy.memo["back_targets"] = tuple(out)
+    return found  # type: ignore[return-value]
 
 
 def _target(policy: Policy, i: int) -> Iterator[Declared]:

@@ -117,18 +117,17 @@ def trace_event(s: TurnState, raw: tuple[Any, ...]) -> TraceEvent:
 
 
 Observer = Callable[[TurnState, Outcome], None]
-Candidate = tuple[
-    Callable[[TurnState, int], bool] | None, int, Transition | FanOut, Callable[..., Action]
-]
+#: (check, its argument, the edge or fan-out, the effect): a fan-out's argument is itself.
+Candidate = tuple[Callable[..., bool] | None, Any, Transition | FanOut, Callable[..., Action]]
 Compiled = dict[tuple[str, str], tuple[tuple[Observer, ...], tuple[Candidate, ...]]]
 
 
 @functools.cache  # one per pick, shared by every fan-out of its guard
-def _picked(pick: Callable[[TurnState], int]) -> Callable[[TurnState, int], bool]:
-    """A fan-out's check: does its guard pick one of its targets (`first` on)?"""
+def _picked(pick: Callable[[TurnState], int]) -> Callable[[TurnState, FanOut], bool]:
+    """A fan-out's check: does its guard pick one of the fan-out's targets?"""
 
-    def check(s: TurnState, first: int) -> bool:
-        return pick(s) >= first
+    def check(s: TurnState, fan: FanOut) -> bool:
+        return fan.covers(pick(s))
 
     return check
 
@@ -137,7 +136,7 @@ def _candidates(t: Transition | FanOut) -> list[Candidate]:
     if isinstance(t, FanOut):
         pick = pick_of(t.guard)
         if pick is not None:  # one candidate for the whole fan-out: ask the pick once
-            return [(_picked(pick), t.first, t, t.effect.run)]
+            return [(_picked(pick), t, t, t.effect.run)]
         return [c for e in t.edges() for c in _candidates(e)]
     return [(t.guard.check if t.guard else None, t.arg, t, t.effect.run)]
 

@@ -26,7 +26,7 @@ import attrs
 import pytest
 from fallgate.fsm import HealthStore, Policy, PolicyError, Turn
 from fallgate.fsm.backoff import parse_retry_after
-from fallgate.fsm.machine import declare
+from fallgate.fsm.machine import FanOut, declare
 from fallgate.fsm.outcomes import MAX_RETRY_AFTER
 from fallgate.fsm.policy import MAX_SECONDS, MAX_TARGETS, Credential, Target
 from fallgate.fsm.testing import FakeClock, ScriptExhausted, play
@@ -253,6 +253,10 @@ def test_the_declaration_grows_linearly_with_the_chain() -> None:
     declared = [len(declare(chain(*numbered(n))).transitions) for n in range(2, 9)]
     steps = {b - a for a, b in itertools.pairwise(declared)}
     assert len(steps) == 1, declared
+    # the worst case for moves back after an overflow: known and unknown lengths alternate
+    mixed = [f"m{i}@{8000 + i}" if i % 2 == 0 else f"u{i}" for i in range(40)]
+    pairs = [len(declare(chain(*mixed[:n])).transitions) for n in range(4, 41, 2)]
+    assert len({b - a for a, b in itertools.pairwise(pairs)}) == 1, pairs
     edges = [sum(1 for _ in declare(chain(*numbered(n))).edges()) for n in range(2, 9)]
     growth = [b - a for a, b in itertools.pairwise(edges)]
     assert len({b - a for a, b in itertools.pairwise(growth)}) == 1  # quadratic
@@ -299,14 +303,37 @@ def _played(
 
 
 FAN_POLICY = chain("m0@8000", "m1@4000", "m2@16000", "m3@4000", "m4@32000", keys=2, max_attempts=2)
+#: Unknown context lengths after known ones: after an overflow the turn may move back
+#: up the chain to one passed over (the back fan-outs).
+BACK_POLICY = chain("m0@8000", "m1", "m2@16000", "m3", "m4@4000", "m5", max_attempts=2)
 
 
-@given(st.lists(st.sampled_from(OUTCOMES), min_size=1, max_size=14))
-def test_a_fan_out_takes_the_edge_its_edges_tried_one_by_one_would(outcomes: list[str]) -> None:
+@pytest.mark.parametrize("policy", [FAN_POLICY, BACK_POLICY], ids=["known", "unknown"])
+@given(outcomes=st.lists(st.sampled_from(OUTCOMES), min_size=1, max_size=14))
+def test_a_fan_out_takes_the_edge_its_edges_tried_one_by_one_would(
+    policy: Policy, outcomes: list[str]
+) -> None:
     """For any outcome sequence, the compiled executor asking each fan-out's guard for
     its target once takes the same path (states, targets, keys, waits, trace) as the
     same machine with every fan-out listed edge by edge."""
-    assert _played(FAN_POLICY, outcomes, False) == _played(FAN_POLICY, outcomes, True)
+    assert _played(policy, outcomes, False) == _played(policy, outcomes, True)
+
+
+def test_a_move_back_up_the_chain_after_an_overflow_is_one_fan_out() -> None:
+    """m4 (4000) overflows with m1 and m3 (unknown) passed over for m2 (16000): the turn
+    may move back to them, declared as one fan-out per (state, event), not per edge."""
+    played = play(BACK_POLICY, ["context_too_long", "context_too_long", "success"])
+    assert played.models == ["m0", "m2", "m1"]  # m2 known larger first, then back to m1
+    decl = declare(BACK_POLICY)
+    back = [
+        t
+        for t in decl.transitions
+        if isinstance(t, FanOut) and t.source == "fallback_4" and t.trigger == "quota"
+    ]
+    assert [[e.dest for e in f.edges()] for f in back] == [
+        ["fallback_5"],
+        ["fallback_1", "fallback_3"],
+    ]
 
 
 @pytest.mark.parametrize(
