@@ -7,7 +7,8 @@ hands every turn to `Instruments.observe` / `Instruments.aobserve`, which wrap i
 in an `_Observed`: every call of the turn's protocol (start, feed, waited,
 rebuilt, cancel) is forwarded unchanged and what it did is recorded. The engine
 is not touched: the recording reads the turn's actions, the outcomes fed to it
-and its trace (`fsm.trace.TraceEvent`).
+and its record of transitions (`fsm.trace.TraceEvent`, built only for the few
+transitions that carry a wait or a detail).
 
 Traces (one per turn, as its caller's child)::
 
@@ -19,9 +20,11 @@ Traces (one per turn, as its caller's child)::
 
 and every transition is an event (``fallgate.transition``) on the turn's span.
 
-Metrics: ``fallgate.attempts`` (by target and outcome kind), ``fallgate.fallbacks``,
-``fallgate.turns`` (by end state), ``fallgate.wait.duration`` and
-``fallgate.turn.duration`` (seconds, on the turn's clock), and the observable gauge
+Metrics: the counts ``fallgate.attempts`` (by target and outcome kind),
+``fallgate.fallbacks`` and ``fallgate.turns`` (by end state), kept in process and
+reported as observable counters when a reader collects; the histograms
+``fallgate.wait.duration`` and ``fallgate.turn.duration`` (seconds, on the turn's
+clock; one measurement per wait and per turn); and the observable gauge
 ``fallgate.cooldowns.active`` read from the health stores turns have used (held
 weakly) and the process-wide `fsm.health.DEFAULT`.
 
@@ -49,7 +52,6 @@ from .redact import redact
 
 if TYPE_CHECKING:
     from .policy import Target
-    from .trace import TraceEvent
     from .turn import _TurnBase
 
 __all__ = [
@@ -152,20 +154,65 @@ def _version() -> str:
         return "0"
 
 
+class _Tally:
+    """A counter kept in process and reported when a reader collects (an observable
+    counter): a turn pays a dict update, not the SDK's per-measurement work (building
+    a Measurement, cleaning and hashing its attributes), which over a one-attempt
+    turn was most of the metrics' cost. Totals are cumulative, as a counter's are."""
+
+    __slots__ = ("_attributes", "_counts", "_lock", "_names")
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
+        self._counts: dict[tuple[Any, ...], int] = {}
+        self._attributes: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, key: tuple[Any, ...]) -> None:
+        """Count one for these attribute values (in `names` order; None: left out)."""
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def observe(self, options: Any) -> Iterator[Any]:
+        from opentelemetry.metrics import Observation
+
+        with self._lock:
+            counts = list(self._counts.items())
+        for key, n in counts:
+            attributes = self._attributes.get(key)
+            if attributes is None:
+                attributes = self._attributes[key] = {
+                    name: v for name, v in zip(self._names, key, strict=True) if v is not None
+                }
+            yield Observation(n, attributes)
+
+
 class _Metrics:
     """The metric instruments of one meter (made once per meter provider)."""
 
     def __init__(self, meter: Any) -> None:
-        self.attempts = meter.create_counter(
-            "fallgate.attempts", unit="{attempt}", description="Attempts, by target and outcome"
+        self.attempts = _Tally(
+            ("fallgate.target", "gen_ai.provider.name", "gen_ai.request.model", "fallgate.outcome")
         )
-        self.fallbacks = meter.create_counter(
+        self.fallbacks = _Tally(("fallgate.from_target", "fallgate.to_target", "fallgate.event"))
+        self.turns = _Tally(("fallgate.state", "gen_ai.operation.name"))
+        meter.create_observable_counter(
+            "fallgate.attempts",
+            callbacks=[self.attempts.observe],
+            unit="{attempt}",
+            description="Attempts, by target and outcome",
+        )
+        meter.create_observable_counter(
             "fallgate.fallbacks",
+            callbacks=[self.fallbacks.observe],
             unit="{fallback}",
             description="Moves of a turn from one target of its chain to another",
         )
-        self.turns = meter.create_counter(
-            "fallgate.turns", unit="{turn}", description="Turns ended, by end state"
+        meter.create_observable_counter(
+            "fallgate.turns",
+            callbacks=[self.turns.observe],
+            unit="{turn}",
+            description="Turns ended, by end state",
         )
         self.waits = _histogram(
             meter, "fallgate.wait.duration", "Waits a turn asked for (backoff, Retry-After)"
@@ -249,6 +296,7 @@ class Instruments:
         observed = _Observed(self, turn, telemetry)
         if attempt is None:
             _YIELDED[turn] = observed
+            observed.yielded = True
             return cast("_TurnBase", observed), None
         attach, detach = self.context.attach, self.context.detach
 
@@ -276,6 +324,7 @@ class Instruments:
         observed = _Observed(self, turn, telemetry)
         if attempt is None:
             _YIELDED[turn] = observed
+            observed.yielded = True
             return cast("_TurnBase", observed), None
         attach, detach = self.context.attach, self.context.detach
 
@@ -335,11 +384,6 @@ def _count(usage: Any, *names: str) -> int | None:
     return None
 
 
-def _put(attributes: dict[str, Any], key: str, value: Any) -> None:
-    if value is not None:
-        attributes[key] = value
-
-
 class _Observed:
     """One turn while telemetry is on: the host loop calls this instead of the turn.
 
@@ -347,6 +391,12 @@ class _Observed:
     span it stands for (attempt, wait, rebuild), the next call closes it, the end
     (Finish / Fail) closes the turn's span, and every new transition becomes an
     event on the turn's span.
+
+    Kept to the fewest SDK calls a turn needs (the SDK's per-call work is most of
+    telemetry's cost): attributes go in at a span's start and once more at its end,
+    counts go to in-process tallies (`_Tally`), one histogram measurement per turn,
+    and a transition's event is read from the turn's raw record, building its
+    `TraceEvent` only when it has more to say (a wait, a failure, an outcome's detail).
     """
 
     __slots__ = (
@@ -354,6 +404,7 @@ class _Observed:
         "attempt_ctx",
         "attempt_span",
         "closed",
+        "credential",
         "describe",
         "facts",
         "index",
@@ -369,6 +420,8 @@ class _Observed:
         "span",
         "turn",
         "turn_ctx",
+        "where",
+        "yielded",
     )
 
     def __init__(self, ins: Instruments, turn: _TurnBase, telemetry: Telemetry | None) -> None:
@@ -376,16 +429,19 @@ class _Observed:
         self.turn = turn
         s = self.s = turn.s
         STORES.add(s.health, s.clock)
-        self.operation = telemetry.operation if telemetry is not None else None
-        self.describe = (
-            telemetry.describe if telemetry is not None and telemetry.describe else _duck_facts
-        )
-        first = s.policy.targets[s.first]
+        if telemetry is not None:
+            self.operation = telemetry.operation
+            self.describe = telemetry.describe or _duck_facts
+        else:
+            self.operation, self.describe = None, _duck_facts
+        targets = s.policy.targets
+        first = targets[s.first]
         attributes: dict[str, Any] = {
             "gen_ai.provider.name": first.provider,
             "gen_ai.request.model": first.model,
-            "fallgate.chain": [t.model for t in s.policy.targets[s.first :]],
         }
+        if len(targets) - s.first > 1:
+            attributes["fallgate.chain"] = [t.model for t in targets[s.first :]]
         if self.operation:
             attributes["gen_ai.operation.name"] = self.operation
             name, kind = f"{self.operation} {first.model}", ins.client
@@ -403,9 +459,12 @@ class _Observed:
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
         self.index = -1  # the chain entry the turn is on
+        self.where: int = -1  # the target index and credential the last event was on
+        self.credential: Any = None
         self.closed = False
+        self.yielded = False  # its attempts are handed out (`attempt_scope` finds it)
         self.secrets: list[str] | None = None
-        self.seen = 0
+        self.seen = 0  # transitions already recorded
 
     # -- the turn's protocol, forwarded ----------------------------------------------------
     @property
@@ -476,7 +535,8 @@ class _Observed:
             "gen_ai.provider.name": t.provider,
             "gen_ai.request.model": t.model,
         }
-        _put(attributes, "gen_ai.operation.name", self.operation)
+        if self.operation:
+            attributes["gen_ai.operation.name"] = self.operation
         server = self.ins.server(t)
         if server is not None:
             attributes["server.address"], attributes["server.port"] = server
@@ -491,32 +551,28 @@ class _Observed:
         self.attempt_span = self.attempt_ctx = self.attempt = None
         kind = outcome.kind.value if outcome is not None else OutcomeKind.CANCELLED.value
         t = a.target
-        self.ins.metrics.attempts.add(
-            1,
-            {
-                "fallgate.target": t.name,
-                "gen_ai.provider.name": t.provider,
-                "gen_ai.request.model": t.model,
-                "fallgate.outcome": kind,
-            },
-        )
+        self.ins.metrics.attempts.add((t.name, t.provider, t.model, kind))
         if not self.recording:
             return
         attributes: dict[str, Any] = {"fallgate.outcome": kind}
         if outcome is not None:
-            _put(attributes, "http.response.status_code", outcome.status)
-            _put(attributes, "fallgate.retry_after", outcome.retry_after)
+            if outcome.status is not None:
+                attributes["http.response.status_code"] = outcome.status
+            if outcome.retry_after is not None:
+                attributes["fallgate.retry_after"] = outcome.retry_after
             try:
                 facts = self.describe(outcome)
             except Exception:  # a broken describe must not break the turn
                 facts = AttemptFacts()
-            _put(attributes, "gen_ai.response.model", facts.response_model)
-            _put(attributes, "fallgate.usage.input_tokens", facts.input_tokens)
-            _put(attributes, "fallgate.usage.output_tokens", facts.output_tokens)
-            if facts.input_tokens is not None:
-                self.input_tokens = (self.input_tokens or 0) + facts.input_tokens
-            if facts.output_tokens is not None:
-                self.output_tokens = (self.output_tokens or 0) + facts.output_tokens
+            model, n_in, n_out = facts
+            if model is not None:
+                attributes["gen_ai.response.model"] = model
+            if n_in is not None:
+                attributes["fallgate.usage.input_tokens"] = n_in
+                self.input_tokens = (self.input_tokens or 0) + n_in
+            if n_out is not None:
+                attributes["fallgate.usage.output_tokens"] = n_out
+                self.output_tokens = (self.output_tokens or 0) + n_out
             if outcome.kind is OutcomeKind.SUCCESS:
                 self.facts = facts
         if kind != OutcomeKind.SUCCESS:
@@ -581,13 +637,14 @@ class _Observed:
     def _transitions(self) -> None:
         """The new transitions as events on the turn's span; a move to another target
         of the chain counted as a fallback."""
-        if self.recording:
-            trace = self.turn.trace
-            add = self.span.add_event
-            for ev in trace[self.seen :]:
-                add("fallgate.transition", self._event_attributes(ev))
-            self.seen = len(trace)
         s = self.s
+        raw = s._raw  # the turn's transitions as recorded (fsm.turn.apply)
+        n = len(raw)
+        if self.recording:
+            add = self.span.add_event
+            for i in range(self.seen, n):
+                add("fallgate.transition", self._event_attributes(raw[i], i))
+        self.seen = n
         here = s.visit.index
         before = self.index
         if here != before:
@@ -595,26 +652,31 @@ class _Observed:
             if before >= 0 and here >= 0:
                 targets = s.policy.targets
                 self.ins.metrics.fallbacks.add(
-                    1,
-                    {
-                        "fallgate.from_target": targets[before].name,
-                        "fallgate.to_target": targets[here].name,
-                        "fallgate.event": self.turn.trace[-1].event,
-                    },
+                    (targets[before].name, targets[here].name, str(raw[-1][3]))
                 )
 
-    def _event_attributes(self, ev: TraceEvent) -> dict[str, Any]:
-        attributes: dict[str, Any] = {
-            "fallgate.seq": ev.seq,
-            "fallgate.time": ev.time,
-            "fallgate.source": ev.source,
-            "fallgate.event": ev.event,
-            "fallgate.state": ev.dest,
-            "fallgate.action": ev.action,
-        }
-        _put(attributes, "fallgate.target", ev.target)
-        _put(attributes, "fallgate.credential", ev.credential)
-        _put(attributes, "fallgate.wait.seconds", ev.wait)
+    def _event_attributes(self, raw: tuple[Any, ...], i: int) -> dict[str, Any]:
+        """A transition's event: what happened and where it went; the target and
+        credential when it entered another one (the start, a fallback, a key rotation);
+        the wait and the detail when it has them (read from its `TraceEvent`)."""
+        _, _, _, trigger, dest, action, ti, cred, o = raw
+        trigger = str(trigger)
+        attributes: dict[str, Any] = {"fallgate.event": trigger, "fallgate.state": dest}
+        if ti >= 0 and (ti != self.where or cred is not self.credential):
+            attributes["fallgate.target"] = self.s.policy.targets[ti].name
+            if cred is not None:
+                attributes["fallgate.credential"] = cred.id
+        self.where, self.credential = ti, cred
+        cls = type(action)
+        # What `fsm.turn.trace_event` gives no wait and no detail: neither a Wait nor a
+        # Rebuild nor a Fail, and no outcome of this event's own kind to describe.
+        if (cls is Attempt or cls is Finish) and (
+            o is None or trigger == "success" or o.kind != trigger
+        ):
+            return attributes
+        ev = self.s.trace[i]
+        if ev.wait is not None:
+            attributes["fallgate.wait.seconds"] = ev.wait
         if ev.detail:
             attributes["fallgate.detail"] = self._clean(ev.detail)
         return attributes
@@ -624,13 +686,16 @@ class _Observed:
         if self.closed:
             return
         self.closed = True
-        _YIELDED.pop(self.turn, None)
+        if self.yielded:
+            _YIELDED.pop(self.turn, None)
         s = self.s
         state = s.state
         m = self.ins.metrics
+        operation = self.operation
+        m.turns.add((state, operation))
         labels: dict[str, Any] = {"fallgate.state": state}
-        _put(labels, "gen_ai.operation.name", self.operation)
-        m.turns.add(1, labels)
+        if operation:
+            labels["gen_ai.operation.name"] = operation
         m.turn_duration.record(max(0.0, s.clock() - s.started), labels)
         if not self.recording:
             return
@@ -645,11 +710,13 @@ class _Observed:
             server = self.ins.server(t)
             if server is not None:
                 attributes["server.address"], attributes["server.port"] = server
-        _put(attributes, "gen_ai.usage.input_tokens", self.input_tokens)
-        _put(attributes, "gen_ai.usage.output_tokens", self.output_tokens)
+        if self.input_tokens is not None:
+            attributes["gen_ai.usage.input_tokens"] = self.input_tokens
+        if self.output_tokens is not None:
+            attributes["gen_ai.usage.output_tokens"] = self.output_tokens
         if type(action) is Finish:
-            if self.facts is not None:
-                _put(attributes, "gen_ai.response.model", self.facts.response_model)
+            if self.facts is not None and self.facts.response_model is not None:
+                attributes["gen_ai.response.model"] = self.facts.response_model
         else:
             error = cast(Fail, action).error
             last = error.last_outcome
@@ -665,7 +732,8 @@ class _Observed:
         if self.closed:
             return
         self.closed = True
-        _YIELDED.pop(self.turn, None)
+        if self.yielded:
+            _YIELDED.pop(self.turn, None)
         if self.attempt_span is not None:
             self._attempt_ended(None)
         self._pending_ended(None)

@@ -35,6 +35,8 @@ KEYS = {
         "off_cpu_ms_per_turn",
         "on_cpu_ms_per_turn",
         "ratio",
+        "floor_cpu_ms_per_turn",
+        "floor_ratio",
         "core_off_us_per_turn",
         "core_on_us_per_turn",
         "core_ratio",

@@ -192,6 +192,31 @@ def assert_no_key(t: Telemetry, *keys: str) -> None:
             assert k not in text, text
 
 
+def events_from_trace(trace_events: Any) -> list[dict[str, Any]]:
+    """The transition events a turn's trace calls for: what happened and where it went;
+    target and credential when they changed; the wait and the detail when present."""
+    out: list[dict[str, Any]] = []
+    where: tuple[Any, Any] = (None, None)
+    for ev in trace_events:
+        e: dict[str, Any] = {"fallgate.event": ev.event, "fallgate.state": ev.dest}
+        if ev.target is not None and (ev.target, ev.credential) != where:
+            e["fallgate.target"] = ev.target
+            if ev.credential is not None:
+                e["fallgate.credential"] = ev.credential
+        where = (ev.target, ev.credential)
+        if ev.wait is not None:
+            e["fallgate.wait.seconds"] = ev.wait
+        if ev.detail:
+            e["fallgate.detail"] = ev.detail
+        out.append(e)
+    return out
+
+
+def span_events(span: ReadableSpan) -> list[dict[str, Any]]:
+    assert {e.name for e in span.events} <= {"fallgate.transition"}
+    return [dict(e.attributes or {}) for e in span.events]
+
+
 # -- the scenario ---------------------------------------------------------------------------
 
 
@@ -259,6 +284,14 @@ def test_scenario_1_span_tree_attributes_and_metrics(
     assert events[1]["fallgate.wait.seconds"] >= 0
     assert events[5]["fallgate.credential"] == "env:FG_GLM47_KEY"
     assert "Retry-After 171" in events[5]["fallgate.detail"]
+    assert events == events_from_trace(result.trace)
+    assert events[0] == {
+        "fallgate.event": "start",
+        "fallgate.state": "primary",
+        "fallgate.target": "primary",
+        "fallgate.credential": "key#1",
+    }
+    assert events[-1] == {"fallgate.event": "success", "fallgate.state": "done"}
 
     attempts = [s for s in spans if s.name == "fallgate.attempt"]
     at = [dict(s.attributes or {}) for s in attempts]
@@ -348,6 +381,52 @@ def test_a_failed_turn_marks_its_span_and_counts_failed(
         ({"fallgate.state": "failed", "gen_ai.operation.name": "chat"}, 1)
     ]
     assert_no_key(otel, key(0))
+
+
+def test_transition_events_say_what_each_turns_trace_says(otel: Telemetry) -> None:
+    """Property: for every turn, the events on its span are its trace's transitions in
+    order (event, state), with the target and credential where they changed and every
+    wait and detail the trace holds: the events read the turn's raw record and build
+    a transition's full entry only when it has more to say, and this checks that
+    shortcut against the trace over turns that retry, wait, rebuild, rotate keys,
+    fall back, answer and fail."""
+    policy = chain("m0", "m1", keys=2, max_attempts=2)
+
+    class Status(Exception):
+        def __init__(self, status: int, retry_after: str | None = None) -> None:
+            super().__init__(f"HTTP {status}")
+            self.status_code = status
+            self.headers = {"retry-after": retry_after} if retry_after else {}
+
+    scripts: dict[str, list[BaseException | None]] = {
+        "happy": [None],
+        "timeouts then fallback": [TimeoutError("t"), TimeoutError("t"), TimeoutError("t"), None],
+        "429 rotates the key": [Status(429, "3"), None],
+        "5xx then fallback": [Status(503), Status(503), None],
+        "auth fails everywhere": [Status(401)] * 8,
+    }
+    traces: dict[str, Any] = {}
+    for name, steps in scripts.items():
+        it = iter(steps)
+
+        def call(target: Target, credential: Any, it: Any = it) -> str:
+            step = next(it)
+            if step is not None:
+                raise step
+            return "ok"
+
+        try:
+            result = fallgate.run(policy, call, clock=VirtualClock(), health=fallgate.HealthStore())
+            traces[name] = result.trace
+        except TurnFailed as e:
+            traces[name] = e.trace
+    turns = [s for s in otel.finished() if s.name == "fallgate.turn"]
+    assert len(turns) == len(scripts)
+    kinds = set()
+    for span, (name, tr) in zip(turns, traces.items(), strict=True):
+        assert span_events(span) == events_from_trace(tr), name
+        kinds |= {e.action for e in tr}
+    assert kinds >= {"Attempt", "Wait", "Rebuild", "Finish", "Fail"}
 
 
 # -- the sync driver with a plain callable --------------------------------------------------
@@ -583,6 +662,47 @@ def test_disable_stops_recording(otel: Telemetry) -> None:
     fallgate.run(chain("m0"), lambda t, c: "ok", clock=VirtualClock())
     assert [s.name for s in otel.finished()] == ["fallgate.attempt", "fallgate.turn"]
     assert otel.metrics()["fallgate.turns"] == [({"fallgate.state": "done"}, 1)]
+
+
+def test_counts_are_monotonic_sums_that_add_up_across_collections(otel: Telemetry) -> None:
+    """The counts are kept in process and reported when the reader collects: exported
+    as a counter's are (a monotonic, cumulative sum: ``*_total`` in Prometheus), and a
+    collection in between loses nothing."""
+    policy = chain("m0", "m1", max_attempts=1)
+
+    def call(target: Target, credential: Any) -> str:
+        if target.model == "m0":
+            raise TimeoutError("timed out")
+        return "ok"
+
+    def run() -> None:
+        fallgate.run(policy, call, clock=VirtualClock(), health=fallgate.HealthStore())
+
+    run()
+    first = otel.metrics()
+    run()
+    run()
+    data = otel.reader.get_metrics_data()
+    sums = {
+        m.name: m.data
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name in ("fallgate.attempts", "fallgate.fallbacks", "fallgate.turns")
+    }
+    assert sorted(sums) == ["fallgate.attempts", "fallgate.fallbacks", "fallgate.turns"]
+    for d in sums.values():
+        assert type(d).__name__ == "Sum" and d.is_monotonic
+        assert d.aggregation_temporality.name == "CUMULATIVE"
+    assert first["fallgate.turns"] == [({"fallgate.state": "done"}, 1)]
+    assert [(dict(p.attributes), p.value) for p in sums["fallgate.turns"].data_points] == [
+        ({"fallgate.state": "done"}, 3)
+    ]
+    assert sorted(
+        (dict(p.attributes)["fallgate.outcome"], p.value)
+        for p in sums["fallgate.attempts"].data_points
+    ) == [("success", 3), ("transport", 6)]  # the primary retried once after its rebuild
+    assert [p.value for p in sums["fallgate.fallbacks"].data_points] == [3]
 
 
 def test_the_cooldown_gauge_holds_health_stores_weakly(otel: Telemetry) -> None:
