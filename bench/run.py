@@ -4,6 +4,7 @@
     python -m bench --quick         # seconds: the smoke test's mode
     python -m bench --only core,checker
     python -m bench --only hermes   # hermes-agent alone / with fallgate (make bench-hermes)
+    python -m bench --only overload # 1,000 concurrent turns, a server whose accept queue overflows
     python -m bench --only declare  # declaration size for 10, 100, 1,000 targets
 
 bench.json holds exactly the keys of issue 6 (and ``hermes`` when that section runs:
@@ -24,8 +25,9 @@ from typing import Any
 
 from .timing import median_ratio
 
-SECTIONS = ("core", "faults", "throughput", "checker", "otel", "hermes", "declare")
-#: What runs without --only (hermes needs its own venv: `make bench-hermes`).
+SECTIONS = ("core", "faults", "throughput", "checker", "otel", "hermes", "declare", "overload")
+#: What runs without --only (hermes needs its own venv: `make bench-hermes`; overload
+#: saturates the machine for a minute: `--only overload`).
 DEFAULT_SECTIONS = ("core", "faults", "throughput", "checker", "otel")
 
 GOALS = {
@@ -33,6 +35,8 @@ GOALS = {
     "core_fault": "fallgate faulty turn <= 0.5 x tenacity (same attempts)",
     "faults": "every scenario within 1.1 x oracle + 50 ms",
     "throughput": "fallgate wall time <= 1.05 x bare SDK",
+    "throughput_cpu": "fallgate client CPU per turn <= 1.05 x bare SDK (median, interleaved)",
+    "overload": "under overload fallgate answers at least as many turns as the bare SDK",
     "checker": "default policy checked (completely) in < 5 s",
     "otel": "OpenTelemetry on <= 1.05 x off (chat turn, client CPU)",
 }
@@ -94,7 +98,9 @@ def run(
 
         turns, conc, rounds = (60, 20, 1) if quick else (2000, 200, 3)
         log(f"throughput ({turns} turns, concurrency {conc}, best of {rounds}) ...")
-        tp = throughput.measure(turns=turns, concurrency=conc, rounds=rounds, log=log)
+        tp = throughput.measure(
+            turns=turns, concurrency=conc, rounds=rounds, log=log, cpu_rounds=3 if quick else 21
+        )
         result["throughput"] = _public(tp)
         details["throughput"] = tp
     if "checker" in sections:
@@ -111,6 +117,14 @@ def run(
         ot = otel.measure(quick=quick, log=log)
         result["otel"] = ot
         details["otel"] = ot
+    if "overload" in sections:
+        from . import overload
+
+        turns = 200 if quick else 1000
+        log(f"overload ({turns} concurrent turns, loopback server with a small backlog) ...")
+        ov = overload.measure(turns=turns, log=log)
+        result["overload"] = ov
+        details["overload"] = ov
     if "declare" in sections:
         from . import declare
 
@@ -170,6 +184,12 @@ def goals(result: dict[str, Any], details: dict[str, Any] | None = None) -> dict
     t = result.get("throughput")
     if t:
         out["throughput"] = t["fallgate_seconds"] <= 1.05 * t["bare_sdk_seconds"]
+        inter = (details or {}).get("throughput", {}).get("_cpu_interleaved")
+        if inter is not None:
+            out["throughput_cpu"] = inter["cpu_ratio_median"] <= 1.05
+    ov = result.get("overload")
+    if ov:
+        out["overload"] = ov["fallgate"]["answered"] >= ov["bare_sdk"]["answered"]
     k = result.get("checker")
     if k:
         complete = (details or {}).get("checker", {}).get("_complete", True)
@@ -248,6 +268,16 @@ def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
             f"| {_f(extra.get('_bare_sdk_cpu_ms_per_turn'), 2)} | {_f(bare_mem, 2)} |",
             "",
         ]
+        inter = extra.get("_cpu_interleaved")
+        if inter is not None:
+            lines += [
+                "Client CPU per turn, fallgate / bare SDK: median of the per-round ratios "
+                f"{extra['_cpu_ratio_median']:.3f}x over the rounds above; "
+                f"{inter['cpu_ratio_median']:.3f}x over {inter['rounds']} interleaved rounds "
+                f"of {inter['turns_per_round']} turns in one process (range "
+                f"{inter['cpu_ratios'][0]:.3f}-{inter['cpu_ratios'][-1]:.3f}x).",
+                "",
+            ]
     k = result.get("checker")
     if k:
         ck_extra = (details or {}).get("checker", {})
@@ -271,6 +301,11 @@ def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
         from .otel import table as otel_table
 
         lines += otel_table(o)
+    ov = result.get("overload")
+    if ov:
+        from .overload import table as overload_table
+
+        lines += overload_table(ov)
     h = result.get("hermes")
     if h:
         from .hermes import table as hermes_table

@@ -116,6 +116,51 @@ async def _client_main(system: str, base_url: str, turns: int, concurrency: int)
     }
 
 
+async def _interleaved_main(
+    base_url: str, rounds: int, turns: int, concurrency: int
+) -> dict[str, Any]:
+    """Both systems in one process, round after round (the order alternating): each
+    round's CPU ratio compares them at one moment of the machine."""
+    calls = {s: _client(s, base_url) for s in SYSTEMS}
+    for call in calls.values():
+        await _turns(call, 20, 5)  # warm
+    ratios = []
+    per_turn: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+    for r in range(rounds):
+        cpu: dict[str, float] = {}
+        for system in SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]:
+            gc.collect()
+            c0 = time.process_time()
+            ok = await _turns(calls[system], turns, concurrency)
+            cpu[system] = time.process_time() - c0
+            if ok != turns:
+                raise RuntimeError(f"{system}: {ok} of {turns} turns answered")
+            per_turn[system].append(cpu[system] / turns * 1000)
+        ratios.append(cpu["fallgate"] / cpu["bare_sdk"])
+    ratios.sort()
+    return {
+        "rounds": rounds,
+        "turns_per_round": turns,
+        "cpu_ratio_median": round(ratios[len(ratios) // 2], 3),
+        "cpu_ratios": [round(x, 3) for x in ratios],
+        "cpu_ms_per_turn_min": {s: round(min(v), 3) for s, v in per_turn.items()},
+    }
+
+
+def interleaved(base_url: str, rounds: int = 21, turns: int = 200, concurrency: int = 50) -> Any:
+    """`_interleaved_main` in a child process (the parent's CPU is not the client's)."""
+    sizes = [str(rounds), str(turns), str(concurrency)]
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.throughput", "interleaved", base_url, *sizes],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"interleaved CPU run failed: {out.stderr[-800:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def _cpu() -> float:
     u = resource.getrusage(resource.RUSAGE_SELF)
     return u.ru_utime + u.ru_stime
@@ -160,10 +205,20 @@ def server_process() -> Iterator[str]:
 
 
 def measure(
-    turns: int = 2000, concurrency: int = 200, rounds: int = 3, log: Any = None
+    turns: int = 2000,
+    concurrency: int = 200,
+    rounds: int = 3,
+    log: Any = None,
+    cpu_rounds: int = 21,
 ) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SYSTEMS}
     with server_process() as base_url:
+        inter = interleaved(base_url, rounds=cpu_rounds)
+        if log is not None:
+            log(
+                f"  client CPU fallgate / bare SDK, {cpu_rounds} interleaved rounds in one "
+                f"process: median {inter['cpu_ratio_median']:.3f}x"
+            )
         for r in range(rounds):
             order = SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]
             for system in order:
@@ -204,6 +259,13 @@ def measure(
         return g[len(g) // 2]
 
     fg, bare = best("fallgate"), best("bare_sdk")
+    # CPU per turn, paired: each round runs both systems back to back, so the ratio of a
+    # round compares them at one moment of the machine; the median over rounds is less
+    # at the mercy of one busy moment than a ratio of two best-ofs from different rounds.
+    ratios = sorted(
+        f["client_cpu_ms_per_turn"] / b["client_cpu_ms_per_turn"]
+        for f, b in zip(runs["fallgate"], runs["bare_sdk"], strict=True)
+    )
     return {
         "turns": turns,
         "concurrency": concurrency,
@@ -218,6 +280,9 @@ def measure(
         "_bare_sdk_cpu_ms_per_turn": round(
             min(x["client_cpu_ms_per_turn"] for x in runs["bare_sdk"]), 3
         ),
+        "_cpu_ratio_median": round(ratios[len(ratios) // 2], 3),
+        "_cpu_ratios": [round(r, 3) for r in ratios],
+        "_cpu_interleaved": inter,
         "_runs": runs,
     }
 
@@ -227,6 +292,10 @@ def main(argv: list[str]) -> int:
         return _serve()
     if argv[1] == "client":
         res = asyncio.run(_client_main(argv[2], argv[3], int(argv[4]), int(argv[5])))
+        print(json.dumps(res), flush=True)
+        return 0
+    if argv[1] == "interleaved":
+        res = asyncio.run(_interleaved_main(argv[2], int(argv[3]), int(argv[4]), int(argv[5])))
         print(json.dumps(res), flush=True)
         return 0
     raise SystemExit(f"usage: python -m bench.throughput serve|client ...; got {argv[1:]}")

@@ -33,15 +33,29 @@ def exp_cap(initial: float, multiplier: float, cap: float, n: int) -> float:
     return min(cap, initial * multiplier**n)
 
 
+def unit(random: Callable[[], float]) -> float:
+    """One draw of the injected random source, in [0, 1] (anything else counts as 1)."""
+    r = random()
+    if not (0.0 <= r <= 1.0) or math.isnan(r):
+        return 1.0
+    return r
+
+
 def backoff_delay(b: Backoff, retry_number: int, random: Callable[[], float]) -> float:
     """Delay before retry number `retry_number` (0 = first retry); full jitter."""
     ceiling = exp_cap(b.initial, b.multiplier, b.cap, max(0, retry_number))
     if not b.jitter:
         return ceiling
-    r = random()
-    if not (0.0 <= r <= 1.0) or math.isnan(r):
-        r = 1.0
-    return ceiling * r
+    return ceiling * unit(random)
+
+
+def wake_spread(b: Backoff, wait: float) -> float:
+    """The most random extra a wait for a cooldown or Retry-After to end may get: a tenth
+    of the wait, at least `b.initial`, at most `b.cap` (0 without jitter, or no wait).
+    Turns waiting on one cooldown would otherwise all wake, and call, at its end."""
+    if not b.jitter or not wait > 0.0:
+        return 0.0
+    return min(b.cap, max(b.initial, wait / 10.0))
 
 
 def cooldown_for(c: Cooldown, streak: int) -> float:

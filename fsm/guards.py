@@ -371,14 +371,17 @@ def leave(s: TurnState) -> None:
     o = s.outcome
     t = s.target
     s.reasons[t.name] = (v.attempts, o)
-    if o is not None and TRAITS[o.kind].level is Level.TARGET and s.policy.rule(o.kind).cooldown:
+    traits = TRAITS[o.kind] if o is not None else None
+    if traits is not None and traits.level is Level.TARGET and s.policy.rule(traits.kind).cooldown:
+        assert o is not None
         now = s.at
         streak = s.health.failed(t.key)
-        span = (
-            o.retry_after if o.retry_after is not None else cooldown_for(s.policy.cooldown, streak)
-        )
-        if s.health.cool_target(t.key, now + span, now) == now + span:
-            s.health.note_cause(t.key, o.cause, now + span)
+        if streak >= traits.cool_after:
+            span = o.retry_after
+            if span is None:
+                span = cooldown_for(s.policy.cooldown, streak)
+            if s.health.cool_target(t.key, now + span, now) == now + span:
+                s.health.note_cause(t.key, o.cause, now + span)
     for j, why in s._skips.items():
         s.reasons.setdefault(s.policy.targets[j].name, why)
 
@@ -401,17 +404,19 @@ def _fall_back(s: TurnState, j: int) -> Action:
 
 
 def _back_off(s: TurnState, arg: int) -> Action:
-    """Backoff counts from the start of the failed attempt: a 10 s timeout has already
-    spaced the retries out by 10 s. A Retry-After is still honoured in full."""
+    """A jittered backoff counted from the fault: turns that failed together (one
+    timeout ending a burst of them) retry apart. A Retry-After is honoured in full,
+    and its end spread like a cooldown's (`TurnState.until`)."""
     o = s.outcome
     v = s.visit
-    now = s.at
-    spent = now - s.attempt_started
+    b = s.policy.backoff
     if o is not None and o.kind is OutcomeKind.TRANSPORT:
-        w = max(0.0, backoff_delay(s.policy.backoff, v.streak - 1, s.random) - spent)
-        return s.wait(w, "transport backoff")
-    w = max(0.0, backoff_delay(s.policy.backoff, v.attempts - 1, s.random) - spent)
-    return s.wait(max(w, v.not_before - now), "server error backoff")
+        return s.wait(backoff_delay(b, v.streak - 1, s.random), "transport backoff")
+    w = backoff_delay(b, v.attempts - 1, s.random)
+    held = v.not_before - s.at
+    if held >= w:
+        w = s.until(held)
+    return s.wait(w, "server error backoff")
 
 
 def _rebuild(s: TurnState, arg: int) -> Action:
@@ -438,7 +443,7 @@ def _rotate(s: TurnState, arg: int) -> Action:
 def _wait_rate_limit(s: TurnState, arg: int) -> Action:
     at, cred = s.earliest_free()
     s.visit.credential = cred
-    return s.wait(max(0.0, at - s.at), "rate limited: honouring Retry-After")
+    return s.wait(s.until(max(0.0, at - s.at)), "rate limited: honouring Retry-After")
 
 
 def _wait_for_target(s: TurnState, j: int) -> Action:
@@ -447,7 +452,8 @@ def _wait_for_target(s: TurnState, j: int) -> Action:
         if k != j:
             s.reasons.setdefault(s.policy.targets[k].name, f"{s.cooling(k, now)} at turn start")
     s.go_to(j)
-    return s.wait(max(0.0, s.target_ready_at(j) - s.at), "every target cooling: waiting for it")
+    wait = s.until(max(0.0, s.target_ready_at(j) - s.at))
+    return s.wait(wait, "every target cooling: waiting for it")
 
 
 def _finish(s: TurnState, arg: int) -> Action:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .actions import Action, Attempt, Rebuild, Wait
-from .backoff import exp_cap
+from .backoff import exp_cap, unit, wake_spread
 from .errors import TurnFailed
 from .health import HealthStore, relative
 from .machine import ABORTED, IDLE, Declaration, declare
@@ -278,7 +278,7 @@ class TurnState:
         `timed=False` drops elapsed and waited time (the checker does so once the
         deadline can no longer bind). The last outcome is left out while an attempt is
         pending: the attempt's outcome replaces it before anything reads it; the start
-        of the last attempt is keyed only then (backoff counts from it at the outcome).
+        of the last attempt is keyed only then.
         """
         o = self.outcome
         pending = type(self.action) is Attempt
@@ -504,6 +504,17 @@ class TurnState:
     def wait(self, seconds: float, reason: str) -> Wait:
         self.waited += seconds
         return Wait(seconds, reason)
+
+    def until(self, seconds: float) -> float:
+        """A wait of `seconds` for a cooldown or Retry-After to end, plus a random part
+        (`fsm.backoff.wake_spread`) kept within the single-wait cap and the deadline."""
+        p = self.policy
+        room = min(
+            wake_spread(p.backoff, seconds),
+            max(p.retry_after_cap, p.backoff.cap) - seconds,
+            p.deadline - self.elapsed() - seconds,
+        )
+        return seconds + room * unit(self.random) if room > 0.0 else seconds
 
     def failure(self, summary: str, state: str) -> TurnFailed:
         here = self.visit.index

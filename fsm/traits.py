@@ -82,6 +82,8 @@ class Traits:
     `bench_span`: for credential-level kinds, the bench length without Retry-After.
     `not_before`: a Retry-After on this kind holds the whole target back.
     `narrows_context`: later targets must have a larger context_length.
+    `cool_after`: with its rule's `cooldown` on, the target is benched once this many
+    turns in a row (no success between) left it on hard faults, this kind the last.
     `retry_afters`: the checker feeds this kind with each of these values.
     """
 
@@ -96,6 +98,7 @@ class Traits:
     bench_span: BenchSpan | None = None
     not_before: bool = False
     narrows_context: bool = False
+    cool_after: int = 1
     default: Rule = Rule()
     retry_afters: tuple[RetryAfter, ...] = (RetryAfter.ABSENT,)
     examples: str = ""
@@ -124,7 +127,10 @@ _ROWS: Final = (
         wait_phase=Phase.TRANSPORT_BACKOFF,
         retry_first=True,
         streak=True,
-        default=Rule(retry=True, fall_back=True),
+        # one turn's transport faults may be a moment of the client's own (one that could
+        # not be built, regression scenario 1); a second turn in a row means the target
+        cool_after=2,
+        default=Rule(retry=True, fall_back=True, cooldown=True),
         examples="read/connect/pool timeout, connection reset, DNS, a cut before the first byte",
     ),
     Traits(

@@ -20,6 +20,7 @@ Each attempt goes to one real `openai.OpenAI` / `openai.AsyncOpenAI` client per
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from types import TracebackType
@@ -41,6 +42,7 @@ from .pools import (
     AsyncClientPool,
     ClientFactory,
     ClientPool,
+    Seen,
     async_openai_factory,
     openai_factory,
 )
@@ -242,11 +244,12 @@ class Fallgate(_Base):
     def _turn(self, call: Call) -> GateResult:
         self._pool.check_open()
         ledger = Ledger()
+        seen = Seen()  # the client generations this turn used (scopes its rebuilds)
 
         def attempt(a: Attempt) -> Any:
             ledger.begin(a)
             try:
-                with self._pool.lease(a.target, a.credential) as client:
+                with self._pool.lease(a.target, a.credential, seen) as client:
                     # bounded from here: building a client is not the server's time
                     with bounded(attempt_bound(call.policy, a)):
                         reply = call.op.bind(self._configured(client))(
@@ -263,7 +266,7 @@ class Fallgate(_Base):
             result = drive(
                 call.policy,
                 attempt,
-                rebuild=self._pool.rebuild,
+                rebuild=functools.partial(self._pool.rebuild, seen=seen),
                 classify=classifier_for(call.policy, lambda: ledger.target),
                 health=self.health,
                 on_transition=self.on_transition,
@@ -353,11 +356,12 @@ class AsyncFallgate(_Base):
     async def _turn(self, call: Call) -> GateResult:
         self._pool.check_open()
         ledger = Ledger()
+        seen = Seen()  # the client generations this turn used (scopes its rebuilds)
 
         async def attempt(a: Attempt) -> Any:
             ledger.begin(a)
             try:
-                async with self._pool.lease(a.target, a.credential) as client:
+                async with self._pool.lease(a.target, a.credential, seen) as client:
                     # bounded from here: building a client is not the server's time;
                     # asyncio.timeout too where the socket is not bounded (`instrument`)
                     backstop = not is_instrumented(client)
@@ -376,7 +380,7 @@ class AsyncFallgate(_Base):
             result = await adrive(
                 call.policy,
                 attempt,
-                rebuild=self._pool.rebuild,
+                rebuild=functools.partial(self._pool.rebuild, seen=seen),
                 classify=classifier_for(call.policy, lambda: ledger.target),
                 health=self.health,
                 on_transition=self.on_transition,

@@ -14,14 +14,26 @@ and key explicitly, and `check_client` verifies what the SDK made of them.
 Clients are shared by concurrent turns, so "close and recreate" (transport
 recovery, a key change) *retires* a client: new attempts get a fresh one at
 once, and the old one is closed when its last in-flight request lets go of it.
+
+Transport recovery is scoped to a client *generation*: each target's clients
+carry the generation they were built in, a turn notes the generation it leased
+(`Seen`), and its rebuild names it. When the target has been rebuilt since,
+the rebuild is already done and the turn reuses the new clients; when its
+client answered another turn after this turn's attempt began, it is not broken
+(the server or the event loop is overloaded) and is kept. So a burst of
+turns that all saw the same broken client rebuilds it once, not once per turn:
+under overload, rebuilding per turn threw away every warm connection the other
+turns shared and sent a new wave of connects into an overflowing accept queue.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
@@ -47,6 +59,7 @@ __all__ = [
     "AsyncClientPool",
     "ClientFactory",
     "ClientPool",
+    "Seen",
     "async_openai_factory",
     "check_client",
     "client_arguments",
@@ -145,10 +158,22 @@ def async_openai_factory(timeout: float) -> AsyncClientFactory:
     return build
 
 
+class Seen:
+    """One turn's view of the pool: per target name, the client generation it last
+    leased and when (monotonic seconds)."""
+
+    __slots__ = ("generation", "leased_at")
+
+    def __init__(self) -> None:
+        self.generation: dict[str, int] = {}
+        self.leased_at: dict[str, float] = {}
+
+
 @attrs.define(eq=False)
 class _Entry(Generic[C]):
     client: C
     fingerprint: bytes  # sha256 of the key: detects a changed env var without keeping it twice
+    generation: int = 0  # the target's rebuild count when this client was built
     users: int = 0
 
 
@@ -164,8 +189,11 @@ class _Pool(Generic[C]):
         self._lock = threading.Lock()
         self._live: dict[tuple[str, str], _Entry[C]] = {}
         self._retired: list[_Entry[C]] = []
+        self._generation: dict[str, int] = {}  # target name -> rebuilds so far
+        self._ok_at: dict[str, float] = {}  # target name -> last answer on its generation
         self._closed = False
         self.built = 0  # clients created so far (for tests and stats)
+        self.rebuilds = 0  # transport recoveries that built new clients
 
     def _build(self, target: Target, key: str) -> C:
         try:
@@ -189,10 +217,16 @@ class _Pool(Generic[C]):
             self._retired = [e for e in self._retired if e.users > 0]
         return [e.client for e in done]
 
-    def _acquire(self, target: Target, cred: Credential) -> tuple[_Entry[C], list[C]]:
-        key = cred.resolve(target.name)  # MissingCredential names the variable
+    def _acquire(
+        self, target: Target, cred: Credential, seen: Seen | None
+    ) -> tuple[_Entry[C], list[C]]:
+        name = target.name
+        if seen is not None:  # noted first: a client that cannot be built was still seen
+            seen.generation[name] = self._generation.get(name, 0)
+            seen.leased_at[name] = time.monotonic()
+        key = cred.resolve(name)  # MissingCredential names the variable
         fp = _fingerprint(key)
-        slot = (target.name, cred.id)
+        slot = (name, cred.id)
         with self._lock:
             if self._closed:
                 raise RuntimeError("this fallgate client is closed")
@@ -200,31 +234,55 @@ class _Pool(Generic[C]):
             if entry is None or entry.fingerprint != fp:
                 if entry is not None:
                     self._retire(entry)
-                entry = _Entry(self._build(target, key), fp)
+                gen = self._generation.get(name, 0)
+                entry = _Entry(self._build(target, key), fp, gen)
                 self._live[slot] = entry
             entry.users += 1
-            return entry, self._collect()
+            if seen is not None:
+                seen.generation[name] = entry.generation
+            return entry, self._collect() if self._retired else []
 
-    def _let_go(self, entry: _Entry[C]) -> list[C]:
+    def _let_go(self, entry: _Entry[C], name: str, ok: bool) -> list[C]:
         with self._lock:
             entry.users -= 1
-            return self._collect()
+            if ok and entry.generation == self._generation.get(name, 0):
+                self._ok_at[name] = time.monotonic()
+            return self._collect() if self._retired else []
 
-    def _renew(self, target: Target) -> list[C]:
+    def _renew(self, target: Target, seen: Seen | None) -> list[C]:
         """Retire `target`'s clients and build fresh ones for every credential that
-        resolves; raises `ClientUnavailable` when the factory fails."""
+        resolves; raises `ClientUnavailable` when the factory fails. With `seen` (the
+        turn's view), nothing happens when the target was rebuilt after the generation
+        the turn leased: that rebuild was the one this turn asks for."""
+        name = target.name
         with self._lock:
             if self._closed:
                 raise RuntimeError("this fallgate client is closed")
-            for slot in [s for s in self._live if s[0] == target.name]:
+            gen = self._generation.get(name, 0)
+            if seen is not None and name in seen.generation:
+                if seen.generation[name] < gen:  # rebuilt since this turn's client
+                    seen.generation[name] = gen
+                    return []
+                if self._ok_at.get(name, -math.inf) > seen.leased_at.get(name, math.inf):
+                    # It answered another turn since this turn's attempt began: not
+                    # broken (the server or the loop is overloaded); rebuilding would
+                    # only throw away its warm connections.
+                    return []
+            gen += 1
+            self._generation[name] = gen
+            self._ok_at.pop(name, None)
+            if seen is not None:
+                seen.generation[name] = gen
+            for slot in [s for s in self._live if s[0] == name]:
                 self._retire(self._live.pop(slot))
+            self.rebuilds += 1
             for cred in target.pool():
                 try:
-                    key = cred.resolve(target.name)
+                    key = cred.resolve(name)
                 except MissingCredential:
                     continue  # the next attempt with it reports the variable
-                self._live[(target.name, cred.id)] = _Entry(
-                    self._build(target, key), _fingerprint(key)
+                self._live[(name, cred.id)] = _Entry(
+                    self._build(target, key), _fingerprint(key), gen
                 )
             return self._collect()
 
@@ -250,12 +308,17 @@ class _Pool(Generic[C]):
         with self._lock:
             return len(self._live) + len(self._retired)
 
+    def generation(self, target: Target) -> int:
+        """How many times `target`'s clients have been rebuilt."""
+        return self._generation.get(target.name, 0)
+
     def stats(self) -> dict[str, Any]:
         with self._lock:
             return {
                 "live": sorted(f"{t}/{c}" for t, c in self._live),
                 "retired_in_use": len(self._retired),
                 "built": self.built,
+                "rebuilds": self.rebuilds,
                 "closed": self._closed,
             }
 
@@ -264,18 +327,27 @@ class ClientPool(_Pool[openai.OpenAI]):
     """Sync clients, thread-safe."""
 
     @contextlib.contextmanager
-    def lease(self, target: Target, cred: Credential) -> Iterator[openai.OpenAI]:
-        """The client for (target, credential) for the duration of one attempt."""
-        entry, stale = self._acquire(target, cred)
-        _close_sync(stale)
+    def lease(
+        self, target: Target, cred: Credential, seen: Seen | None = None
+    ) -> Iterator[openai.OpenAI]:
+        """The client for (target, credential) for the duration of one attempt; its
+        generation is noted in `seen` (the turn's view, for `rebuild`)."""
+        entry, stale = self._acquire(target, cred, seen)
+        if stale:
+            _close_sync(stale)
+        ok = False
         try:
             yield entry.client
+            ok = True
         finally:
-            _close_sync(self._let_go(entry))
+            stale = self._let_go(entry, target.name, ok)
+            if stale:
+                _close_sync(stale)
 
-    def rebuild(self, target: Target) -> None:
-        """Transport recovery: close and recreate `target`'s clients."""
-        _close_sync(self._renew(target))
+    def rebuild(self, target: Target, seen: Seen | None = None) -> None:
+        """Transport recovery: close and recreate `target`'s clients, unless they were
+        rebuilt since the generation `seen` notes (then the new ones serve)."""
+        _close_sync(self._renew(target, seen))
 
     def close(self) -> None:
         _close_sync(self._close_all())
@@ -285,16 +357,23 @@ class AsyncClientPool(_Pool[openai.AsyncOpenAI]):
     """Async clients; one event loop at a time (the SDK's connections belong to a loop)."""
 
     @contextlib.asynccontextmanager
-    async def lease(self, target: Target, cred: Credential) -> AsyncIterator[openai.AsyncOpenAI]:
-        entry, stale = self._acquire(target, cred)
-        await _close_async(stale)
+    async def lease(
+        self, target: Target, cred: Credential, seen: Seen | None = None
+    ) -> AsyncIterator[openai.AsyncOpenAI]:
+        entry, stale = self._acquire(target, cred, seen)
+        if stale:
+            await _close_async(stale)
+        ok = False
         try:
             yield entry.client
+            ok = True
         finally:
-            await _close_async(self._let_go(entry))
+            stale = self._let_go(entry, target.name, ok)
+            if stale:
+                await _close_async(stale)
 
-    async def rebuild(self, target: Target) -> None:
-        await _close_async(self._renew(target))
+    async def rebuild(self, target: Target, seen: Seen | None = None) -> None:
+        await _close_async(self._renew(target, seen))
 
     async def aclose(self) -> None:
         await _close_async(self._close_all())

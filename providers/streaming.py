@@ -19,6 +19,7 @@ each attempt's provider reported, a broken attempt's too when it sent any.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -33,6 +34,7 @@ from .bounds import abounded, attempt_bound, bounded, is_instrumented
 from .calls import Call
 from .classify import classifier_for
 from .deliveries import delivery_for
+from .pools import Seen
 from .usage import AttemptUsage, GateResult, Ledger, Usage
 
 if TYPE_CHECKING:
@@ -174,8 +176,12 @@ class FallgateStream(_StreamBase[E]):
         ends the turn `aborted`."""
         gate, d = self._sync_gate, self._delivery
         turn = self._step.turn
+        seen = Seen()  # the client generations this turn used (scopes its rebuilds)
         steps = host_loop(
-            turn, clock=self._step.clock, rebuild=gate._pool.rebuild, telemetry=self._telemetry()
+            turn,
+            clock=self._step.clock,
+            rebuild=functools.partial(gate._pool.rebuild, seen=seen),
+            telemetry=self._telemetry(),
         )
         try:
             action = next(steps)
@@ -183,7 +189,7 @@ class FallgateStream(_StreamBase[E]):
                 error: BaseException | None = None
                 kwargs = self._begin(action)
                 try:
-                    with gate._pool.lease(action.target, action.credential) as client:
+                    with gate._pool.lease(action.target, action.credential, seen) as client:
                         bound = attempt_bound(self._call.policy, action)  # from the lease on
                         with _otel.attempt_scope(turn), bounded(bound):  # SDK spans nest under it
                             sdk = self._call.op.bind(gate._configured(client))(**kwargs)
@@ -257,8 +263,12 @@ class AsyncFallgateStream(_StreamBase[E]):
         """The turn on the asyncio host loop (see `FallgateStream._run`)."""
         gate, d = self._async_gate, self._delivery
         turn = self._step.turn
+        seen = Seen()  # the client generations this turn used (scopes its rebuilds)
         steps = ahost_loop(
-            turn, clock=self._step.clock, rebuild=gate._pool.rebuild, telemetry=self._telemetry()
+            turn,
+            clock=self._step.clock,
+            rebuild=functools.partial(gate._pool.rebuild, seen=seen),
+            telemetry=self._telemetry(),
         )
         try:
             action = await anext(steps)
@@ -266,7 +276,7 @@ class AsyncFallgateStream(_StreamBase[E]):
                 error: BaseException | None = None
                 kwargs = self._begin(action)
                 try:
-                    async with gate._pool.lease(action.target, action.credential) as client:
+                    async with gate._pool.lease(action.target, action.credential, seen) as client:
                         bound = attempt_bound(self._call.policy, action)  # from the lease on
                         # per event, asyncio.timeout only where the socket is not bounded
                         backstop = not is_instrumented(client)

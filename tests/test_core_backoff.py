@@ -6,7 +6,13 @@ import math
 
 import pytest
 from fallgate.fsm import Outcome
-from fallgate.fsm.backoff import MAX_RETRY_AFTER, backoff_delay, cooldown_for, parse_retry_after
+from fallgate.fsm.backoff import (
+    MAX_RETRY_AFTER,
+    backoff_delay,
+    cooldown_for,
+    parse_retry_after,
+    wake_spread,
+)
 from fallgate.fsm.classify import classify_status
 from fallgate.fsm.outcomes import OutcomeKind, sane_retry_after
 from fallgate.fsm.policy import Backoff, Cooldown
@@ -128,10 +134,13 @@ def test_hostile_retry_after_headers_never_make_the_engine_wait_early_or_unbound
         assert played.state == "failed"
         return
     expected = ra if ra is not None else p.backoff.initial
-    assert played.waits == (pytest.approx(expected, abs=1e-9),)
+    # worst-case jitter (play's random is 1.0): the wake spread in full, within the cap
+    spread = min(wake_spread(p.backoff, expected), CAP - expected)
+    assert played.waits == (pytest.approx(expected + spread, abs=1e-9),)
     assert played.state == "done"
     first, second = [e.time for e in played.trace if e.action == "Attempt"]
     assert second - first >= expected - 1e-9  # the retry never comes before its not-before
+    assert play(p, [o, "success"], random=0.0).waits == (pytest.approx(expected, abs=1e-9),)
 
 
 def test_a_hostile_retry_after_in_the_body_is_bounded_too():
@@ -142,4 +151,4 @@ def test_a_hostile_retry_after_in_the_body_is_bounded_too():
     assert play(p, [huge]).waits == ()
     small = classify_status(429, {}, "please try again in 750ms")
     assert small.retry_after == 0.75
-    assert play(p, [small, "success"]).waits == (0.75,)
+    assert play(p, [small, "success"], random=0.0).waits == (0.75,)

@@ -76,7 +76,7 @@ def test_a_cooldown_never_extends_itself_while_active():
 
 
 def test_a_short_retry_after_on_the_only_target_is_honoured_then_retried():
-    played = play(chain("m0"), ["rate_limited:2", "success"])
+    played = play(chain("m0"), ["rate_limited:2", "success"], random=0.0)
     assert played.waits == (2.0,)
     assert played.targets == ["primary", "primary"]
     assert played.state == "done"
@@ -89,7 +89,9 @@ def test_a_retry_after_beyond_the_cap_fails_at_once_instead_of_sleeping():
 
 
 def test_prefer_waiting_sleeps_out_a_short_retry_after_instead_of_falling_back():
-    played = play(chain("m0", "m1", prefer_waiting=True), ["rate_limited:3", "success"])
+    played = play(
+        chain("m0", "m1", prefer_waiting=True), ["rate_limited:3", "success"], random=0.0
+    )
     assert played.waits == (3.0,)
     assert played.targets == ["primary", "primary"]
 

@@ -85,7 +85,7 @@ def test_instant_waits_swaps_in_a_virtual_clock_that_starts_now_and_keeps_time_h
         assert default_clock() is clock
         assert clock.now() == pytest.approx(time.monotonic(), abs=1.0)
         started = clock.now()
-        result = run(one_target(), call, health=HealthStore())
+        result = run(one_target(), call, health=HealthStore(), random=lambda: 0.0)
         # the wait advanced the virtual clock by the Retry-After, and took no real time
         assert calls[1] - calls[0] == pytest.approx(20.0, abs=0.05)
         assert clock.now() - started == pytest.approx(20.0, abs=0.05)
@@ -138,6 +138,6 @@ def test_turns_given_their_own_clock_ignore_instant_waits():
     call, _ = rate_limited_once(5)
     with instant_waits() as instant:
         before = instant.now()
-        run(one_target(), call, health=HealthStore(), clock=clock)
+        run(one_target(), call, health=HealthStore(), clock=clock, random=lambda: 0.0)
         assert instant.now() == before
     assert clock.now() == pytest.approx(5.0, abs=0.05)

@@ -24,6 +24,11 @@ class Status(Exception):
         self.body = body
 
 
+def no_jitter() -> float:
+    """A random source that draws 0: waits are exactly the Retry-After or backoff."""
+    return 0.0
+
+
 def scripted(*effects: object):
     calls: list[str] = []
     it = iter(effects)
@@ -94,7 +99,9 @@ async def test_an_async_turn_cancelled_during_a_30s_wait_aborts_within_100ms():
         raise Status(429, {"retry-after": "30"})
 
     policy = chain("m", retry_after_cap=60)
-    task = asyncio.create_task(arun(policy, rate_limited, on_transition=events.append))
+    task = asyncio.create_task(
+        arun(policy, rate_limited, on_transition=events.append, random=no_jitter)
+    )
     while not events or events[-1].action != "Wait":
         await asyncio.sleep(0.005)
     assert events[-1].wait == pytest.approx(30, abs=0.5)
@@ -141,13 +148,15 @@ def test_a_virtual_clock_carries_the_waits_and_the_trace_times_of_run_and_arun()
         call, calls = scripted(Status(429, {"retry-after": "20"}), "ok")
         t0 = time.perf_counter()
         if driver == "run":
-            result = run(policy, call, health=HealthStore(), clock=clock)
+            result = run(policy, call, health=HealthStore(), clock=clock, random=no_jitter)
         else:
 
             async def acall(target, credential, call=call):
                 return call(target, credential)
 
-            result = asyncio.run(arun(policy, acall, health=HealthStore(), clock=clock))
+            result = asyncio.run(
+                arun(policy, acall, health=HealthStore(), clock=clock, random=no_jitter)
+            )
         assert time.perf_counter() - t0 < 1.0, driver
         assert clock.now() == pytest.approx(70.0, abs=0.05), driver
         assert result.trace[-1].time == pytest.approx(20.0, abs=0.05), driver
@@ -165,7 +174,7 @@ def test_instant_waits_take_no_real_time_but_keep_cooldowns_honest():
     policy = chain("m")
     t0 = time.perf_counter()
     with instant_waits():
-        result = run(policy, call)
+        result = run(policy, call, random=no_jitter)
     assert time.perf_counter() - t0 < 1.0
     assert [e.wait for e in result.trace if e.wait] == [pytest.approx(20.0, abs=0.05)]
     assert calls == ["m", "m"]

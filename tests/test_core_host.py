@@ -68,12 +68,12 @@ def test_without_an_attempt_callable_the_loop_hands_out_attempts_and_does_the_re
 def test_a_zero_wait_is_not_slept():
     clock = RecordingClock()
 
-    def slow_transport_fault(a: Attempt) -> Outcome:
-        clock.advance(10)  # the attempt itself outlasted the backoff
+    def transport_fault_once(a: Attempt) -> Outcome:
         return TRANSPORT if a.number == 1 else OK
 
-    turn = new_turn(clock)
-    end = next(host_loop(turn, clock=clock, attempt=slow_transport_fault))
+    # the random source draws 0: a backoff of zero seconds
+    turn = Turn(two_targets(), health=HealthStore(), clock=clock.now, random=lambda: 0.0)
+    end = next(host_loop(turn, clock=clock, attempt=transport_fault_once))
     assert type(end) is Finish
     assert [e.wait for e in turn.trace if e.action == "Wait"] == [0.0]
     assert clock.slept == []

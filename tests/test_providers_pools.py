@@ -156,3 +156,69 @@ def test_no_key_ever_reaches_an_error_or_trace(fault_server: FaultServer) -> Non
     assert K1 not in text and K2 not in text
     assert K1[8:20] not in text
     assert "***" in text
+
+
+# -- transport recovery per client generation ---------------------------------------------------
+
+
+def test_turns_that_saw_the_same_client_share_one_rebuild():
+    """Two turns lease generation 0; the first one's recovery rebuilds, the second's finds
+    the client already rebuilt since and reuses it. A turn that saw the new generation
+    fail (or a caller naming no generation) rebuilds again; one whose client answered
+    another turn meanwhile does not."""
+    from fallgate.providers.pools import ClientPool, Seen, openai_factory
+
+    policy = chain("a", server=None)
+    target, cred = policy.targets[0], policy.targets[0].pool()[0]
+    pool = ClientPool(openai_factory(5.0))
+    first, second = Seen(), Seen()
+    with pytest.raises(OSError):
+        with pool.lease(target, cred, first) as c0, pool.lease(target, cred, second) as c0b:
+            assert c0 is c0b and first.generation == second.generation == {"primary": 0}
+            raise OSError("timed out")  # both attempts failed
+    pool.rebuild(target, first)
+    pool.rebuild(target, second)  # already rebuilt since generation 0: nothing to do
+    assert (pool.built, pool.rebuilds, pool.generation(target)) == (2, 1, 1)
+    assert second.generation == {"primary": 1}
+    with pytest.raises(OSError), pool.lease(target, cred, second) as c1:
+        assert c1 is not c0
+        raise OSError("timed out")  # the attempt on generation 1 failed
+    pool.rebuild(target, second)  # this turn saw generation 1 broken: a new one
+    pool.rebuild(target)  # no view: always rebuilds
+    assert (pool.built, pool.rebuilds) == (4, 3)
+    # A client that answered another turn after this turn's attempt began is not
+    # broken (an overloaded server or loop): it is kept, with its warm connections.
+    third = Seen()
+    with pytest.raises(OSError), pool.lease(target, cred, third):
+        with pool.lease(target, cred):
+            pass  # another turn's request on the same client succeeds meanwhile
+        raise OSError("timed out")
+    pool.rebuild(target, third)
+    assert (pool.built, pool.rebuilds) == (4, 3)
+    pool.close()
+
+
+def test_a_hundred_concurrent_recoveries_rebuild_the_shared_client_once(
+    fault_server: FaultServer,
+) -> None:
+    """100 turns whose first attempts all drop recover at about the same moment: one
+    rebuild of the primary's client serves them all (before: one per turn, 100)."""
+    import asyncio
+
+    from fallgate.providers import AsyncFallgate
+
+    turns = 100
+    fault_server.script(
+        {"models": {"a": [{"kind": "drop"}] * (2 * turns), "b": [{"kind": "answer"}] * turns}}
+    )
+    policy = chain("a", "b", server=fault_server, max_attempts=1)
+
+    async def main() -> tuple[int, int, list[str]]:
+        async with AsyncFallgate(policy) as gate:
+            results = await asyncio.gather(*(gate.arun(messages=MSG) for _ in range(turns)))
+            return gate.clients.built, gate.clients.rebuilds, [r.model for r in results]
+
+    built, rebuilds, models = asyncio.run(main())
+    assert models == ["b"] * turns
+    assert rebuilds == 1, rebuilds
+    assert built == 3  # a, a rebuilt once, b

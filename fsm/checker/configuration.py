@@ -22,7 +22,7 @@ import math
 from typing import TYPE_CHECKING, Any, Final
 
 from ..actions import Attempt, Rebuild, Wait
-from ..backoff import cooldown_for
+from ..backoff import cooldown_for, wake_spread
 from ..health import HealthStore, relative
 from ..machine import TERMINALS
 from ..policy import Policy
@@ -78,10 +78,15 @@ def wait_maxima(policy: Policy, bounds: Bounds, sat: int) -> tuple[float, float]
     p = policy
     cap = p.retry_after_cap
     b = bounds
+    single = max(cap, p.backoff.cap)
+
+    def spread(x: float) -> float:  # a wait for a bench or Retry-After to end, worst case
+        return x + max(0.0, min(wake_spread(p.backoff, x), single - x))
+
     spans = [b.large, p.cooldown.cap] + ([b.small] if b.small is not None else [])
-    step_max = max([p.backoff.cap, *[x for x in spans if x <= cap]])
+    step_max = max([spread(p.backoff.cap), *[spread(x) for x in spans if x <= cap]])
     cools = [cooldown_for(p.cooldown, n) for n in range(1, sat + 1)]
-    start_max = max([step_max, *[x for x in cools if x <= cap]])
+    start_max = max([step_max, *[spread(x) for x in cools if x <= cap]])
     return start_max, step_max
 
 
