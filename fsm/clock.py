@@ -14,6 +14,12 @@ built, and the host loop (`fsm.host`) sleeps with ``clock.sleep`` or
 
 `instant_waits()` is the testing switch (like stamina's testing mode): inside
 the block every turn that is given no clock runs on one fresh `VirtualClock`.
+
+Time never runs backwards for the engine: a clock of your own is read through
+`steady(clock)`, which treats a step back as no time passing (its later forward
+steps count from where it landed). Without it a clock stepped back an hour
+would keep a 5 s cooldown for an hour and five seconds, and let a turn's
+deadline run an hour late.
 """
 
 from __future__ import annotations
@@ -23,10 +29,20 @@ import contextlib
 import math
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Final, Protocol, runtime_checkable
 
-__all__ = ["SYSTEM", "Clock", "SystemClock", "VirtualClock", "default_clock", "instant_waits"]
+__all__ = [
+    "SYSTEM",
+    "Clock",
+    "SteadyClock",
+    "SystemClock",
+    "VirtualClock",
+    "default_clock",
+    "instant_waits",
+    "steady",
+]
 
 
 @runtime_checkable
@@ -116,6 +132,66 @@ class VirtualClock:
 
     def __repr__(self) -> str:
         return f"VirtualClock(t={self.t:g})"
+
+
+class SteadyClock:
+    """A clock read through a ratchet: its forward steps count, a step back (or a
+    reading that is not a finite number) counts as no time passing.
+
+    `now()` starts at the wrapped clock's first reading; sleeps are the wrapped
+    clock's. Thread-safe. Get one with `steady(clock)`, which shares one per clock.
+    """
+
+    __slots__ = ("__weakref__", "_inner", "_lock", "_raw", "_t")
+
+    def __init__(self, inner: Clock) -> None:
+        self._inner = inner
+        self._lock = threading.Lock()
+        self._raw = math.nan  # the wrapped clock's last finite reading
+        self._t = 0.0  # what this clock said last
+
+    def now(self) -> float:
+        raw = self._inner.now()
+        with self._lock:
+            if isinstance(raw, int | float) and math.isfinite(raw):
+                if self._raw != self._raw:  # the first reading: start where the clock is
+                    self._t = float(raw)
+                elif raw > self._raw:
+                    self._t += raw - self._raw
+                self._raw = float(raw)  # a step back: from here on, forward steps count
+            return self._t
+
+    __call__ = now
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+    async def asleep(self, seconds: float) -> None:
+        await self._inner.asleep(seconds)
+
+    def __repr__(self) -> str:
+        return f"SteadyClock({self._inner!r})"
+
+
+_steady_lock = threading.Lock()
+_steady: weakref.WeakKeyDictionary[Clock, SteadyClock] = weakref.WeakKeyDictionary()
+
+
+def steady(clock: Clock) -> Clock:
+    """`clock` as the engine reads it: never backwards. The system clock (monotonic)
+    and virtual clocks (which only advance) are returned as they are; any other clock
+    gets one `SteadyClock`, shared by every turn on it (so cooldowns recorded by one
+    turn and read by the next agree on the time)."""
+    if type(clock) in (SystemClock, VirtualClock, SteadyClock):
+        return clock
+    with _steady_lock:
+        try:
+            found = _steady.get(clock)
+        except TypeError:  # not weakly referable (or not hashable): one per turn
+            return SteadyClock(clock)
+        if found is None:
+            found = _steady[clock] = SteadyClock(clock)
+        return found
 
 
 # The virtual clocks of the active `instant_waits()` blocks, innermost last. Replaced

@@ -18,7 +18,7 @@ import attrs
 
 from .actions import Action, Attempt, Fail, Finish
 from .classify import classify_exception
-from .clock import Clock, default_clock
+from .clock import Clock, default_clock, steady
 from .health import HealthStore
 from .host import ahost_loop, host_loop
 from .otel import Telemetry
@@ -91,14 +91,14 @@ class _Step:
         self.policy = policy
         self.classify = classify
         #: The clock of this turn: the one given, else the default in force now.
-        self.clock: Clock = clock if clock is not None else default_clock()
-        try:
-            now = self.clock.now
-        except AttributeError:
+        if clock is not None and not callable(getattr(clock, "now", None)):
             raise TypeError(
                 "clock must be an fsm.Clock (now, sleep, asleep) such as fsm.VirtualClock(), "
                 f"got {type(clock).__name__}"
-            ) from None
+            )
+        #: Time never runs backwards for the engine (`fsm.clock.steady`).
+        self.clock: Clock = steady(clock) if clock is not None else default_clock()
+        now = self.clock.now
         self.turn = engine(
             policy,
             health=health,

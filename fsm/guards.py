@@ -212,7 +212,7 @@ def _transport_retry(s: TurnState, arg: int) -> bool:
 
 
 def _can_recover(s: TurnState, arg: int) -> bool:
-    return not s.visit.recovered and may_retry(s)
+    return not s.visit.recovered and may_retry(s) and s.before_deadline()
 
 
 def _server_retry(s: TurnState, arg: int) -> bool:
@@ -228,13 +228,17 @@ def _server_retry(s: TurnState, arg: int) -> bool:
 
 
 def _stream_retry(s: TurnState, arg: int) -> bool:
-    return s.visit.attempts < s.policy.max_attempts and may_retry(s)
+    return s.visit.attempts < s.policy.max_attempts and may_retry(s) and s.before_deadline()
 
 
 def _can_rotate(s: TurnState, arg: int) -> bool:
     v = s.visit
     cur = v.credential.id if v.credential is not None else None
-    return v.rotations < len(s.target.pool()) - 1 and s.free_credential(exclude=cur) is not None
+    return (
+        v.rotations < len(s.target.pool()) - 1
+        and s.before_deadline()
+        and s.free_credential(exclude=cur) is not None
+    )
 
 
 def _can_wait(s: TurnState, arg: int) -> bool:
@@ -245,6 +249,10 @@ def _can_wait(s: TurnState, arg: int) -> bool:
         return False
     wait = max(0.0, at - s.at)
     return wait <= s.policy.retry_after_cap and s.fits_deadline(wait)
+
+
+def _in_time(s: TurnState, arg: int) -> bool:
+    return s.before_deadline()
 
 
 def _next_eligible(s: TurnState) -> int:
@@ -300,22 +308,33 @@ TRANSPORT_RETRY: Final = Guard(
     "streak < {transport_faults_before_recovery}, attempts < {max_attempts}, not recovered, "
     f"{{backoff}} fits the {{deadline}} deadline, {_FLEET}",
 )
-CAN_RECOVER: Final = Guard("can_recover", _can_recover, f"recovery not yet used, {_FLEET}")
+CAN_RECOVER: Final = Guard(
+    "can_recover", _can_recover, f"recovery not yet used, elapsed < {{deadline}}, {_FLEET}"
+)
 SERVER_RETRY: Final = Guard(
     "server_retry",
     _server_retry,
     "attempts < {max_attempts}, Retry-After ≤ {retry_after_cap}, "
     f"{{backoff}} fits the {{deadline}} deadline, {_FLEET}",
 )
-STREAM_RETRY: Final = Guard("stream_retry", _stream_retry, f"attempts < {{max_attempts}}, {_FLEET}")
-CAN_ROTATE: Final = Guard("can_rotate", _can_rotate, "another key free, rotations < keys-1")
+STREAM_RETRY: Final = Guard(
+    "stream_retry",
+    _stream_retry,
+    f"attempts < {{max_attempts}}, elapsed < {{deadline}}, {_FLEET}",
+)
+CAN_ROTATE: Final = Guard(
+    "can_rotate",
+    _can_rotate,
+    "another key free, rotations < keys-1, elapsed < {deadline}",
+)
 CAN_WAIT: Final = Guard(
     "can_wait",
     _can_wait,
     f"attempts < {{max_attempts}}, wait ≤ {{retry_after_cap}}, fits the {{deadline}} deadline, "
     f"{_FLEET}",
 )
-NEXT_IS: Final = Guard("next_is", _next_is, "next eligible = {target}")
+IN_TIME: Final = Guard("in_time", _in_time, "elapsed < {deadline}")
+NEXT_IS: Final = Guard("next_is", _next_is, "next eligible = {target}, elapsed < {deadline}")
 FIRST_IS: Final = Guard("first_is", _first_is, "first not cooling = {target}")
 SOONEST_IS: Final = Guard(
     "soonest_is",
@@ -350,6 +369,7 @@ GUARDS: Final = (
     STREAM_RETRY,
     CAN_ROTATE,
     CAN_WAIT,
+    IN_TIME,
     NEXT_IS,
     FIRST_IS,
     SOONEST_IS,
@@ -465,9 +485,10 @@ def _fail(s: TurnState, arg: int) -> Action:
     leave(s)
     if s.denial is not None:
         return Fail(s.failure(f"{s.target.name} not attempted: {s.denial}", FAILED))
-    return Fail(
-        s.failure(f"{s.target.name} ended with {s.describe(s.outcome)}{_no_retry(s)}", FAILED)
-    )
+    summary = f"{s.target.name} ended with {s.describe(s.outcome)}{_no_retry(s)}"
+    if not s.before_deadline():
+        summary += f"; the {s.policy.deadline:g}s deadline had passed"
+    return Fail(s.failure(summary, FAILED))
 
 
 def _no_retry(s: TurnState) -> str:
@@ -481,6 +502,24 @@ def _no_retry(s: TurnState) -> str:
     if s.health.retry_tokens(v.target.key, s.policy) < 1.0:
         return f"; no retry: the retry budget of {v.target.name} is empty"
     return ""
+
+
+def _late(s: TurnState, arg: int) -> Action:
+    """A wait or a rebuild that ran past the deadline: fail without another attempt.
+    Only words are recorded (the host's reply is no outcome: no cooldown from it)."""
+    v = s.visit
+    t = s.target
+    deadline = f"{s.policy.deadline:g}s"
+    s.next_eligible()
+    if v.attempts:
+        s.reasons[t.name] = (v.attempts, s.outcome)
+    else:
+        s.reasons[t.name] = f"not tried: the {deadline} deadline passed while waiting for it"
+    for j, why in s._skips.items():
+        s.reasons.setdefault(s.policy.targets[j].name, why)
+    last = f" (last: {s.describe(s.outcome)})" if v.attempts else ""
+    summary = f"the {deadline} deadline passed before {t.name} could be called{last}"
+    return Fail(s.failure(summary, FAILED))
 
 
 def _abort(s: TurnState, arg: int) -> Action:
@@ -505,6 +544,7 @@ WAIT_RATE_LIMIT: Final = Effect(
 WAIT_FOR_TARGET: Final = Effect("wait_for_target", _wait_for_target, "wait for {target}")
 FINISH: Final = Effect("finish", _finish, "answer")
 FAIL: Final = Effect("fail", _fail, "fail with every target's reason")
+LATE: Final = Effect("late", _late, "fail: the deadline passed")
 ABORT: Final = Effect("abort", _abort, "abort")
 
 EFFECTS: Final = (
@@ -519,6 +559,7 @@ EFFECTS: Final = (
     WAIT_FOR_TARGET,
     FINISH,
     FAIL,
+    LATE,
     ABORT,
 )
 

@@ -40,6 +40,8 @@ from .guards import (
     FALL_BACK,
     FINISH,
     FIRST_IS,
+    IN_TIME,
+    LATE,
     NEXT_IS,
     REBUILD,
     RECOVERED,
@@ -368,11 +370,15 @@ def _target(policy: Policy, i: int) -> Iterator[Declared]:
                 yield Transition(kind.value, cont, cont, STREAM_RETRY, ATTEMPT)
             yield Transition(kind.value, cont, FAILED, None, FAIL)
         yield Transition(DENIED, cont, FAILED, None, FAIL)
+    # A wait or a rebuild may overrun the deadline (a late wake-up, a slow rebuild):
+    # then no attempt follows.
     for phase in WAIT_PHASES:
-        yield Transition(WAITED, state_name(here, phase), here, None, ATTEMPT)
+        yield Transition(WAITED, state_name(here, phase), here, IN_TIME, ATTEMPT)
+        yield Transition(WAITED, state_name(here, phase), FAILED, None, LATE)
     if policy.recover_transport:
         rec = state_name(here, Phase.RECOVERING)
-        yield Transition(REBUILT, rec, here, None, RECOVERED)
+        yield Transition(REBUILT, rec, here, IN_TIME, RECOVERED)
+        yield Transition(REBUILT, rec, FAILED, None, LATE)
         if policy.rule(OutcomeKind.TRANSPORT).fall_back:  # a failed rebuild is transport
             yield from _fallbacks(policy, i, REBUILD_FAILED, rec)
         yield Transition(REBUILD_FAILED, rec, FAILED, None, FAIL)

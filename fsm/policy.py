@@ -540,6 +540,10 @@ class Policy:
     retry_after_cap: float = 30.0
     deadline: float = 120.0
     attempt_timeout: float = 60.0
+    #: A committed stream's limit on each wait for its next event (seconds).
+    stream_idle_timeout: float = 60.0
+    #: What one attempt may read off the wire (bytes); more is a malformed reply.
+    max_body_bytes: int = 64 * 1024 * 1024
     prefer_waiting: bool = False
     continue_streams: bool = False
     cooldown: Cooldown = attrs.field(factory=Cooldown)
@@ -595,6 +599,11 @@ class Policy:
         _check_seconds(ps, "retry_after_cap", self.retry_after_cap)
         _check_seconds(ps, "deadline", self.deadline, positive=True)
         _check_seconds(ps, "attempt_timeout", self.attempt_timeout, positive=True)
+        _check_seconds(ps, "stream_idle_timeout", self.stream_idle_timeout, positive=True)
+        if not _is_int(self.max_body_bytes) or not 1024 <= self.max_body_bytes <= 1 << 40:
+            ps.add(
+                "max_body_bytes", self.max_body_bytes, "must be an integer between 1024 and 2**40"
+            )
         if not isinstance(self.backoff, Backoff):
             ps.add("backoff", self.backoff, "must be a Backoff")
         if not isinstance(self.cooldown, Cooldown):

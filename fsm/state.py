@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from .turn import Hook
 
 UNSET: Final = -2  # a per-event cache that has not been computed yet
+#: The least time left in the turn that an attempt is started with (seconds): less than
+#: that is no attempt, only a request cut as it leaves (and clock rounding).
+MIN_ATTEMPT: Final = 0.001
 
 
 class Visit:
@@ -325,7 +328,13 @@ class TurnState:
         return self.at - self.started
 
     def fits_deadline(self, wait: float) -> bool:
-        return self.elapsed() + wait <= self.policy.deadline
+        """A wait after which time is left for an attempt (`MIN_ATTEMPT` at least)."""
+        return self.elapsed() + wait + MIN_ATTEMPT <= self.policy.deadline
+
+    def before_deadline(self) -> bool:
+        """Time is left in the turn for an attempt (`MIN_ATTEMPT` at least): none starts
+        at or after the deadline, no fallback, rotation, recovery or retry gets a sliver."""
+        return self.at - self.started + MIN_ATTEMPT <= self.policy.deadline
 
     def key_free_at(self, c: Credential) -> float:
         """When credential `c` of the current target may next be used."""
@@ -381,7 +390,10 @@ class TurnState:
     def ineligible(self, j: int, now: float) -> str | None:
         """Why target j cannot be entered now (None if it can). A target of unknown
         context_length is not ineligible after an overflow: `next_eligible` tries it
-        once those known to be larger are spent."""
+        once those known to be larger are spent. Nothing is eligible once the deadline
+        has passed."""
+        if not self.before_deadline():
+            return f"not tried: the {self.policy.deadline:g}s deadline had passed"
         t = self.policy.targets[j]
         for k in self.tried:
             if k != j and self.policy.targets[k].same_as(t):
@@ -505,7 +517,9 @@ class TurnState:
         self.denial = None
         p = self.policy
         left = p.deadline - (now - self.started)
-        timeout = p.attempt_timeout if p.attempt_timeout <= left else max(0.001, left)
+        # left >= MIN_ATTEMPT: every edge into an attempt checks the deadline (a host's wait
+        # that overslept it, the one exception, gets the shortest attempt, cut at once).
+        timeout = p.attempt_timeout if p.attempt_timeout <= left else max(MIN_ATTEMPT, left)
         probe = self.health.half_open(v.target.key, now)  # type: ignore[union-attr]
         if probe:
             v.probe = True

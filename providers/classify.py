@@ -275,7 +275,9 @@ def _classify(e: BaseException, now: float, provider: Provider | None = None) ->
     if isinstance(e, FailedReply):
         return _error_event(dict(e.error), str(e), now, provider, "failed reply")
     if isinstance(e, _timeout_types()):
-        return Outcome(OutcomeKind.TRANSPORT, detail=f"timeout ({type(e).__name__})")
+        said = _one_line(e)  # an attempt bound says which one ran out
+        what = f"{type(e).__name__}: {said}" if said else type(e).__name__
+        return Outcome(OutcomeKind.TRANSPORT, detail=f"timeout ({what})")
     if isinstance(e, _transport_types()):
         return Outcome(
             OutcomeKind.TRANSPORT, detail=f"connection error ({type(e).__name__}: {_one_line(e)})"

@@ -33,6 +33,7 @@ from ..fsm import otel as _otel
 from ..fsm.actions import Attempt
 from ..fsm.clock import Clock
 from ..fsm.turn import Hook
+from .bounds import abounded, attempt_bound, bounded, is_instrumented
 from .calls import CHAT_CREATE, Call, Op, prepare
 from .chain import Chains
 from .classify import classifier_for
@@ -249,10 +250,12 @@ class Fallgate(_Base):
             ledger.begin(a)
             try:
                 with self._pool.lease(a.target, a.credential, seen) as client:
-                    reply = call.op.bind(self._configured(client))(
-                        **call.sdk_kwargs(a, self._timeout)
-                    )
-                    parsed = call.op.accept(reply)
+                    # bounded from here: building a client is not the server's time
+                    with bounded(attempt_bound(call.policy, a)):
+                        reply = call.op.bind(self._configured(client))(
+                            **call.sdk_kwargs(a, self._timeout)
+                        )
+                        parsed = call.op.accept(reply)
             except Exception as e:
                 _attempt_usage(ledger, e)
                 raise
@@ -359,10 +362,14 @@ class AsyncFallgate(_Base):
             ledger.begin(a)
             try:
                 async with self._pool.lease(a.target, a.credential, seen) as client:
-                    reply = await call.op.bind(self._configured(client))(
-                        **call.sdk_kwargs(a, self._timeout)
-                    )
-                    parsed = call.op.accept(reply)
+                    # bounded from here: building a client is not the server's time;
+                    # asyncio.timeout too where the socket is not bounded (`instrument`)
+                    backstop = not is_instrumented(client)
+                    async with abounded(attempt_bound(call.policy, a), backstop=backstop):
+                        reply = await call.op.bind(self._configured(client))(
+                            **call.sdk_kwargs(a, self._timeout)
+                        )
+                        parsed = call.op.accept(reply)
             except Exception as e:
                 _attempt_usage(ledger, e)
                 raise

@@ -46,6 +46,7 @@ from ..fsm.errors import MissingCredential
 from ..fsm.policy import Credential
 from ..fsm.redact import safe_url
 from . import transport
+from .bounds import instrument
 from .classify import ClientUnavailable
 from .transport import shared_ssl_context
 
@@ -202,6 +203,7 @@ class _Pool(Generic[C]):
         if getattr(client, "max_retries", 0) != 0:
             # A user factory forgot: the engine owns retries, the SDK must not add its own.
             client = client.with_options(max_retries=0)
+        instrument(client)  # each attempt's total time and bytes (`providers.bounds`)
         self.built += 1
         return client
 

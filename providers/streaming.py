@@ -30,6 +30,7 @@ from ..fsm.actions import Action, Attempt, Finish
 from ..fsm.drivers import _Step
 from ..fsm.host import ahost_loop, host_loop
 from ..fsm.trace import TraceEvent
+from .bounds import abounded, attempt_bound, bounded, is_instrumented
 from .calls import Call
 from .classify import classifier_for
 from .deliveries import delivery_for
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 E = TypeVar("E")  # what the stream yields: ChatCompletionChunk, a Responses event
 
 __all__ = ["AsyncFallgateStream", "FallgateStream"]
+
+_END: Any = object()  # the end of an SDK stream
 
 
 class _StreamBase(Generic[E]):
@@ -187,13 +190,22 @@ class FallgateStream(_StreamBase[E]):
                 kwargs = self._begin(action)
                 try:
                     with gate._pool.lease(action.target, action.credential, seen) as client:
-                        with _otel.attempt_scope(turn):  # the SDK's HTTP spans nest under it
+                        bound = attempt_bound(self._call.policy, action)  # from the lease on
+                        with _otel.attempt_scope(turn), bounded(bound):  # SDK spans nest under it
                             sdk = self._call.op.bind(gate._configured(client))(**kwargs)
                         with sdk:
-                            for event in sdk:
+                            events = iter(sdk)
+                            while True:
+                                # the bound covers the wait for each event, never the caller
+                                with bounded(bound):
+                                    event = next(events, _END)
+                                if event is _END:
+                                    break
                                 for out in d.take(event):
                                     d.handed(out)
                                     yield out
+                                if d.committed:
+                                    bound.idle(self._call.policy.stream_idle_timeout)
                             d.end()
                 except Exception as e:
                     error = e
@@ -265,13 +277,25 @@ class AsyncFallgateStream(_StreamBase[E]):
                 kwargs = self._begin(action)
                 try:
                     async with gate._pool.lease(action.target, action.credential, seen) as client:
+                        bound = attempt_bound(self._call.policy, action)  # from the lease on
+                        # per event, asyncio.timeout only where the socket is not bounded
+                        backstop = not is_instrumented(client)
                         with _otel.attempt_scope(turn):  # the SDK's HTTP spans nest under it
-                            sdk = await self._call.op.bind(gate._configured(client))(**kwargs)
+                            async with abounded(bound, backstop=backstop):
+                                sdk = await self._call.op.bind(gate._configured(client))(**kwargs)
                         async with sdk:
-                            async for event in sdk:
+                            events = aiter(sdk)
+                            while True:
+                                # the bound covers the wait for each event, never the caller
+                                async with abounded(bound, backstop=backstop):
+                                    event = await anext(events, _END)
+                                if event is _END:
+                                    break
                                 for out in d.take(event):
                                     d.handed(out)
                                     yield out
+                                if d.committed:
+                                    bound.idle(self._call.policy.stream_idle_timeout)
                             d.end()
                 except Exception as e:
                     error = e

@@ -64,7 +64,7 @@ def test_triggers_between_the_same_two_states_collapse_into_one_edge_with_guards
     loops = re.findall(r"^\s+s_primary --> s_primary : (.*)$", text, re.M)
     assert len(loops) == 1
     assert "rate_limited, quota, auth" in loops[0]
-    assert "[another key free, rotations #lt; keys-1]" in loops[0]
+    assert "[another key free, rotations #lt; keys-1, elapsed #lt; 120s]" in loops[0]
     edges = re.findall(r"^\s+s_primary --> s_primary_transport_backoff : (.*)$", text, re.M)
     assert edges == [
         "transport<br/>[streak #lt; 2, attempts #lt; 3, not recovered, "
@@ -80,7 +80,7 @@ def test_last_resort_edges_say_otherwise_and_the_fallback_set_is_named_once():
     assert "otherwise: fault*" in text
     assert "content_filtered, bad_request" in text
     assert "fault* = transport, rate_limited, quota, overloaded, auth,\\l" in text
-    assert "[next eligible = fallback_1]" in text
+    assert "[next eligible = fallback_1, elapsed < 120s]" in text
 
 
 def test_cancelled_is_drawn_once_not_from_every_state():
@@ -120,7 +120,10 @@ def test_a_trace_highlights_the_states_visited_and_numbers_the_edges_taken():
         "s_fallback_1",
         "s_done_1",
     ]
-    assert "s_primary --> s_fallback_1 : ⑥ rate_limited<br/>[next eligible = fallback_1]" in mm
+    assert (
+        "s_primary --> s_fallback_1 : ⑥ rate_limited<br/>"
+        "[next eligible = fallback_1, elapsed #lt; 120s]" in mm
+    )
     assert "s_primary_transport_backoff --> s_primary : ③ waited" in mm
     dot = diagram.to_dot(decl, played.trace)
     taken_edges = re.findall(
@@ -296,9 +299,16 @@ def test_the_overview_labels_are_read_off_the_declaration():
             assert words in flat, words
     assert "attempts #lt; 4, wait ≤ 12s, fits the 90s deadline" in flat
     # an edge and its way back are one double-headed arrow; rotation is written in its state
-    back = r"s_primary <-->\|\"transport .*← waited\"\| s_primary_transport_backoff"
+    # (the way back is guarded too: no attempt after the deadline)
+    back = (
+        r"s_primary <-->\|\"transport .*← waited \[elapsed #lt; 90s\]\"\| "
+        r"s_primary_transport_backoff"
+    )
     assert re.search(back, flat)
-    assert re.search(r"s_primary <-->\|\"transport .*← rebuilt\"\| s_primary_recovering", flat)
+    rebuilt = (
+        r"s_primary <-->\|\"transport .*← rebuilt \[elapsed #lt; 90s\]\"\| s_primary_recovering"
+    )
+    assert re.search(rebuilt, flat)
     assert "s_primary --> s_primary" not in text
     assert "↻ rate_limited, quota, auth" in flat and "call with the next key" in flat
     assert "fault* = transport, rate_limited, quota, overloaded, auth, not_found," in flat

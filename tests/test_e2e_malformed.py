@@ -57,7 +57,7 @@ BROKEN = [
         "hang past the timeout",
         {"kind": "hang", "seconds": 3},
         "transport",
-        "timeout (ReadTimeout)",
+        "timeout (AttemptTimeout: attempt exceeded its 0.5 s total time bound)",
     ),
 ]
 

@@ -3,7 +3,8 @@
 Finite by construction and read off the traits table (`fsm.traits`): every outcome
 kind, once per abstract Retry-After value its row lists (none, 0, below the cap, above
 the cap), with delivered output when its row says the stream was committed; the
-host's replies to Wait and Rebuild, cancellation anywhere, and a next turn after the
+host's replies to Wait and Rebuild (on time, or late: after the deadline),
+cancellation anywhere, and a next turn after the
 end of one. A new outcome kind is fed as soon as it has its row.
 """
 
@@ -62,8 +63,9 @@ def alphabet(policy: Policy, bounds: Bounds) -> Alphabet:
             out.append(step(kind.value, **args))
     cancel = step(CANCELLED)
     on_attempt = (*out, cancel)
-    on_wait = (step(WAITED), cancel)
-    on_rebuild = (step(REBUILT), step(REBUILD_FAILED), cancel)
+    # the host may also answer late: after the deadline (`steps.LATE`)
+    on_wait = (step(WAITED), step(WAITED, late=True), cancel)
+    on_rebuild = (step(REBUILT), step(REBUILT, late=True), step(REBUILD_FAILED), cancel)
     on_idle = (step(START), cancel)
     outcomes = {
         st: outcome_for(st[0], dict(st[1])) for st in (*on_attempt, *on_wait, *on_rebuild, *on_idle)

@@ -26,6 +26,7 @@ from ..backoff import cooldown_for, wake_spread
 from ..health import HealthStore, relative
 from ..machine import TERMINALS
 from ..policy import Policy
+from ..state import MIN_ATTEMPT
 from ..testing import FakeClock
 from ..turn import TurnState
 from .context import Bounds, TargetKey
@@ -97,7 +98,7 @@ def far(c: Checker, o: Obs, lo: int, elapsed: float) -> bool:
     if not c.abstract_time:
         return False
     most = c.rest_time[lo] + (c.start_max if o.cur < 0 else 0.0)
-    return elapsed + most <= c.policy.deadline - EPS
+    return elapsed + most + MIN_ATTEMPT <= c.policy.deadline - EPS
 
 
 # -- keys -------------------------------------------------------------------------------------

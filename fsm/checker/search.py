@@ -20,7 +20,7 @@ import attrs
 from ..actions import Attempt, Rebuild, Wait
 from ..guards import Effect, Guard
 from ..health import HealthStore
-from ..machine import CANCELLED, DENIED, START, TERMINALS, WAITED, Declaration, declare
+from ..machine import CANCELLED, DENIED, REBUILT, START, TERMINALS, WAITED, Declaration, declare
 from ..policy import Policy
 from ..testing import FakeClock
 from ..turn import ProtocolError, TransitionsTurn, Turn, TurnState, _TurnBase
@@ -59,6 +59,7 @@ from .steps import (
     Executor,
     Replay,
     Step,
+    host_time,
     outcome_for,
     step,
     worst_jitter,
@@ -264,8 +265,8 @@ class Checker:
         trigger = ev[0]
         outcome = self.alphabet.outcomes.get(ev)
         a = child.turn.s.action
-        if trigger == WAITED and isinstance(a, Wait) and math.isfinite(a.seconds):
-            child.clock.advance(a.seconds)
+        if trigger in (WAITED, REBUILT):
+            child.clock.advance(host_time(self.policy, a, trigger, ev[1]))
         elif outcome is not None and trigger != CANCELLED and self.attempt_seconds:
             child.clock.advance(self.attempt_seconds)
         try:
@@ -467,10 +468,8 @@ class Checker:
             outcome = known_outcomes[ev]
         else:  # a monitor may feed any Retry-After
             outcome = outcome_for(trigger, dict(ev[1]))
-        if trigger == WAITED:
-            a = s.action
-            if isinstance(a, Wait) and math.isfinite(a.seconds):
-                clock.advance(a.seconds)
+        if trigger in (WAITED, REBUILT):
+            clock.advance(host_time(self.policy, s.action, trigger, ev[1]))
         elif outcome is not None and trigger != CANCELLED and self.attempt_seconds:
             clock.advance(self.attempt_seconds)
         n_trace = len(s.trace)

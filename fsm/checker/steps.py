@@ -14,7 +14,7 @@ from typing import Any, Final
 from ..actions import Action, Attempt, Wait
 from ..guards import Effect, Guard
 from ..health import HealthStore
-from ..machine import CANCELLED, DENIED, WAITED, Declaration
+from ..machine import CANCELLED, DENIED, REBUILT, WAITED, Declaration
 from ..outcomes import Outcome, OutcomeKind
 from ..policy import Policy, Target
 from ..testing import FakeClock
@@ -82,6 +82,25 @@ def outcome_for(trigger: str, args: Mapping[str, Any]) -> Outcome | None:
         detail=kind.value,
         partial=args.get("partial"),
     )
+
+
+#: The host's reply to a Wait or a Rebuild that overran the turn's deadline (a late
+#: wake-up, a slow rebuild): it comes a whole deadline later.
+LATE: Final = "late"
+
+
+def host_time(
+    policy: Policy, action: object, trigger: str, args: Args | Mapping[str, Any]
+) -> float:
+    """How far the clock moves before a host reply: a wait's seconds, plus (for a
+    ``late`` reply) the policy's whole deadline, so the deadline has surely passed."""
+    seconds = 0.0
+    if trigger == WAITED and isinstance(action, Wait) and action.seconds > 0:
+        if math.isfinite(action.seconds):
+            seconds = action.seconds
+    if dict(args).get(LATE):
+        seconds += policy.deadline
+    return seconds
 
 
 def worst_jitter() -> float:
@@ -157,10 +176,8 @@ class Replay:
             return turn.deny(why or "refused")
         if why is not None:
             raise ValueError(f"the health store refused the attempt ({why}): feed {DENIED!r}")
-        if trigger == WAITED:
-            a = turn.s.action
-            if isinstance(a, Wait) and a.seconds > 0 and math.isfinite(a.seconds):
-                self.clock.advance(a.seconds)
+        if trigger in (WAITED, REBUILT):
+            self.clock.advance(host_time(self.policy, turn.s.action, trigger, args))
         elif trigger in KINDS and trigger != CANCELLED and self.attempt_seconds:
             self.clock.advance(self.attempt_seconds)
         return turn.fire(trigger, outcome_for(trigger, args))

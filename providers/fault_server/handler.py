@@ -6,7 +6,9 @@ that a step can stop anywhere: before the headers, mid-body, mid-stream.
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import select
 import socket
 import time
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import replies, responses
 from .records import RequestHeaders
-from .script import Step
+from .script import TRICKLE_INTERVAL, TRICKLES, Step
 
 if TYPE_CHECKING:
     from .server import _HTTPServer
@@ -252,6 +254,111 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, body.encode(), "application/json")
         elif kind == "empty":
             self._send(200, b"", "application/json")
+        elif kind in TRICKLES:
+            self._trickle(step, index, api, model, stream, request)
+
+    # -- slow servers
+
+    def _render(
+        self,
+        step: Step,
+        index: int | None,
+        api: str,
+        model: str,
+        stream: bool,
+        request: Mapping[str, Any],
+    ) -> bytes:
+        """The bytes (status line, headers, body) an ``answer`` with this step's text
+        would send, captured instead of sent."""
+        answer = Step(kind="answer", text=step.text)
+        real, buf = self.wfile, io.BytesIO()
+        self.wfile = buf
+        try:
+            self._reply(answer, index, api, model, stream, request)
+        finally:
+            self.wfile = real
+        return buf.getvalue()
+
+    def _dribble(self, data: bytes, interval: float, pieces: int) -> None:
+        """Send `data` in `pieces` pieces (a byte each when it is that short), `interval`
+        seconds apart: it takes ``(pieces - 1) * interval`` seconds."""
+        size = max(1, math.ceil(len(data) / max(1, pieces)))
+        for i in range(0, len(data), size):
+            if i:
+                self._hold(interval)
+            self.wfile.write(data[i : i + size])
+            self.wfile.flush()
+
+    def _trickle(
+        self,
+        step: Step,
+        index: int | None,
+        api: str,
+        model: str,
+        stream: bool,
+        request: Mapping[str, Any],
+    ) -> None:
+        """A slow server: ``trickle_headers``, ``trickle_body``, ``keepalive``, ``endless``."""
+        self.close_connection = True  # a padded or endless reply never leaves a reusable socket
+        interval = step.interval or (0.0 if step.kind == "endless" else TRICKLE_INTERVAL)
+        pieces = max(1, math.ceil(step.seconds / interval)) if interval else 0
+        if step.kind == "endless":
+            self._endless(step, stream, interval)
+            return
+        whole = self._render(step, index, api, model, stream, request)
+        head, _, body = whole.partition(b"\r\n\r\n")
+        status_line, _, fields = head.partition(b"\r\n")
+        if step.kind == "trickle_headers":
+            pad = b"X-Trickle: " + b"." * max(1, pieces - len(head)) + b"\r\n"
+            self._dribble(status_line + b"\r\n" + pad + fields + b"\r\n\r\n", interval, pieces)
+            self.wfile.write(body)
+            self.wfile.flush()
+            return
+        if stream:  # chunked SSE: the padding is a comment chunk (keepalive: many)
+            if step.kind == "trickle_body":
+                comment = b": " + b"." * max(1, pieces) + b"\n\n"
+                self.wfile.write(head + b"\r\n\r\n")
+                data = b"%X\r\n%s\r\n" % (len(comment), comment) + body
+                self._dribble(data, interval, pieces)
+            else:
+                self.wfile.write(head + b"\r\n\r\n")
+                self.wfile.flush()
+                for _ in range(pieces):
+                    self._chunk(b": keep-alive\n\n")
+                    self._hold(interval)
+                self.wfile.write(body)
+            self.wfile.flush()
+            return
+        # a JSON body: leading whitespace, which JSON ignores; Content-Length grows to match
+        pad = b" " * max(0, pieces - len(body)) if step.kind == "trickle_body" else b"\n" * pieces
+        length = b"Content-Length: %d" % (len(pad) + len(body))
+        lines = [
+            length if f.lower().startswith(b"content-length:") else f for f in fields.split(b"\r\n")
+        ]
+        self.wfile.write(status_line + b"\r\n" + b"\r\n".join(lines) + b"\r\n\r\n")
+        self.wfile.flush()
+        if step.kind == "trickle_body":
+            self._dribble(pad + body, interval, pieces)
+        else:
+            self._dribble(pad, interval, pieces)
+            self.wfile.write(body)
+            self.wfile.flush()
+
+    def _endless(self, step: Step, stream: bool, interval: float) -> None:
+        """200, then padding every `interval` until `seconds` pass or the client leaves."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream" if stream else "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.flush()
+        piece = b":" + b"." * max(0, step.bytes - 2) + b"\n" if stream else b" " * step.bytes
+        until = time.monotonic() + step.seconds
+        stopping = self.server.stopping
+        while time.monotonic() < until and not stopping.is_set():
+            self._chunk(piece)
+            if interval:
+                self._hold(interval)
 
     def _body(self, step: Step, api: str, model: str, request: Mapping[str, Any]) -> dict[str, Any]:
         """The whole JSON reply of an answer (or tool calls) on this endpoint."""
@@ -347,7 +454,11 @@ class Handler(BaseHTTPRequestHandler):
             self._chunk(b"")
         elif step.then == "hang":
             self._hold(step.seconds)
-        # "cut" (and "hang" after holding): return with close_connection set,
+        elif step.then == "keepalive":  # alive, yet never another event
+            for _ in range(max(1, math.ceil(step.seconds / TRICKLE_INTERVAL))):
+                self._chunk(b": keep-alive\n\n")
+                self._hold(TRICKLE_INTERVAL)
+        # "cut" (and "hang", "keepalive" after holding): return with close_connection set,
         # so the socket closes with the chunked body unfinished.
 
     def _stream_chat(

@@ -29,9 +29,19 @@ takes ``delay``, seconds before anything is sent):
   "chunk-2 ", ...; or a list of strings), then ``then``: "done" (a finish
   chunk and ``[DONE]``), "error" (an SSE ``data: {"error": ...}`` event with
   ``error`` as its object, then close), "cut" (close mid-stream: no
-  ``[DONE]``, no terminating chunk) or "hang" (stall ``seconds``, then cut);
+  ``[DONE]``, no terminating chunk), "hang" (stall ``seconds``, then cut) or
+  "keepalive" (an SSE ``: keep-alive`` comment every 0.4 s for ``seconds``, then cut);
   ``interval`` between chunks; ``error_shape``: "openai" (default) or
   "anthropic" (``event: error`` with ``{"type": "error", "error": {...}}``).
+- ``trickle_headers`` / ``trickle_body``: an ``answer`` (``text``) whose status
+  line and headers, or whose body, arrive one byte every ``interval`` (0.4)
+  for ``seconds`` (30; padded with a long header, or with leading whitespace /
+  an SSE comment).
+- ``keepalive``: 200 headers, then a keep-alive every ``interval`` (0.4) for
+  ``seconds`` (an SSE ``: keep-alive`` comment on streams, a newline, which JSON
+  ignores, otherwise), then the ``answer`` (``text``).
+- ``endless``: 200 headers, then ``bytes`` (65536) of padding every
+  ``interval`` (0) for ``seconds``, never a reply; then close.
 - ``sse`` (stream requests only): ``events`` (required: a list of JSON objects or
   strings, each sent as one ``data:`` event as it is, e.g. a chunk no real server
   would send), ``done`` (true: end with ``data: [DONE]``), ``interval``, ``headers``.
@@ -63,6 +73,7 @@ __all__ = [
     "ERROR_SHAPES",
     "KINDS",
     "STREAM_ENDINGS",
+    "TRICKLES",
     "Script",
     "ScriptError",
     "Step",
@@ -81,9 +92,17 @@ KINDS = (
     "empty",
     "stream",
     "tool_calls",
+    "trickle_headers",
+    "trickle_body",
+    "keepalive",
+    "endless",
     "sse",
 )
-STREAM_ENDINGS = ("done", "error", "cut", "hang")
+#: The slow-server kinds: they send something every `interval` (default below).
+TRICKLES = ("trickle_headers", "trickle_body", "keepalive", "endless")
+TRICKLE_INTERVAL = 0.4
+_MAX_PIECE = 16 * 1024 * 1024
+STREAM_ENDINGS = ("done", "error", "cut", "hang", "keepalive")
 ERROR_SHAPES = ("openai", "anthropic")
 _MAX_SECONDS = 3600.0
 
@@ -214,6 +233,10 @@ _FIELDS: dict[str, frozenset[str]] = {
     "tool_calls": frozenset(
         {"tool_calls", "text", "finish_reason", "chunks", "interval", "headers"}
     ),
+    "trickle_headers": frozenset({"text", "interval", "seconds"}),
+    "trickle_body": frozenset({"text", "interval", "seconds"}),
+    "keepalive": frozenset({"text", "interval", "seconds"}),
+    "endless": frozenset({"interval", "seconds", "bytes"}),
     "sse": frozenset({"events", "done", "interval", "headers"}),
 }
 
@@ -285,6 +308,7 @@ class Step:
     interval: float = 0.0
     error_shape: str = "openai"
     tool_calls: tuple[ToolCall, ...] = ()
+    bytes: int = 65536
     events: tuple[Any, ...] = ()
     done: bool = True
 
@@ -360,6 +384,14 @@ class Step:
                 out[key] = value
             elif key == "tool_calls":
                 out[key] = _tool_calls(value, at)
+            elif key == "bytes":
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ScriptError(f"expected a whole number of bytes, got {value!r}", at)
+                if not 1 <= value <= _MAX_PIECE:
+                    raise ScriptError(
+                        f"expected a piece size between 1 and {_MAX_PIECE} bytes, got {value}", at
+                    )
+                out[key] = value
             elif key == "events":
                 out[key] = _sse_events(value, at)
             elif key == "done":
@@ -382,6 +414,14 @@ class Step:
         for key in ("error", "error_shape"):
             if kind == "stream" and key in out and out.get("then") != "error":
                 raise ScriptError('only used with then = "error"', (*where, key))
+        if kind in TRICKLES:
+            if kind != "endless" and out.get("interval", TRICKLE_INTERVAL) <= 0:
+                raise ScriptError(
+                    "expected a positive interval (seconds between the pieces of a trickle), "
+                    f"got {out['interval']!r}",
+                    (*where, "interval"),
+                )
+            out.setdefault("interval", 0.0 if kind == "endless" else TRICKLE_INTERVAL)
         if kind == "sse" and "events" not in raw:
             raise ScriptError(
                 "missing field (a list of events: JSON objects or strings)", (*where, "events")
@@ -406,6 +446,8 @@ class Step:
             return f"tool_calls {', '.join(c.name for c in self.tool_calls)}"
         if self.kind in ("timeout", "hang"):
             return f"{self.kind} {self.seconds:g}s"
+        if self.kind in TRICKLES:
+            return f"{self.kind} every {self.interval:g}s for {self.seconds:g}s"
         if self.kind == "answer":
             return f"answer {self.text[:20]!r}" + (f" after {self.delay:g}s" if self.delay else "")
         return self.kind

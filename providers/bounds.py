@@ -1,0 +1,393 @@
+"""Hard bounds on one attempt: total wall-clock time and bytes received.
+
+The SDK's ``timeout=`` reaches the HTTP library as a limit on each phase and
+each socket read, so a server that trickles a byte every 0.4 s (its headers,
+its body, or SSE keep-alive comments) is never timed out, and an endless body
+grows memory without end. Here an attempt gets two hard bounds of its own:
+
+- a **deadline** on the monotonic clock: the attempt's total time (connect,
+  headers, body), ``Attempt.timeout`` from its start (``attempt_timeout``, or
+  what is left of the turn's deadline). A stream runs under it until its first
+  content event has reached the caller; after that each wait for the next
+  event has ``stream_idle_timeout`` (the caller's own time between events is
+  not counted);
+- a **byte cap**, ``max_body_bytes``: what the attempt may read off the wire.
+
+Both are enforced under the HTTP library, in its network streams: every socket
+read and write of a bounded attempt gets at most the time left (and none once
+it is spent), and counts the bytes read. `instrument(client)` wraps the
+network backend of an SDK client's transports (httpcore / httpcore2, under
+httpx / httpx2) once, when the pools build the client; the bound of the
+attempt in progress is read from a context variable (`bounded`), so clients
+shared by concurrent turns bound each request by its own attempt. Outside a
+bounded attempt the wrapper passes everything through.
+
+A tripped bound raises the library's own ``ReadTimeout`` / ``ReadError``
+inside it (so the connection is dropped the way the library drops any broken
+one); `bounded` then raises `AttemptTimeout` (a transport fault) or
+`BodyTooLarge` (a malformed reply) in place of whatever the SDK made of it.
+For a client whose transport cannot be wrapped (a transport of the caller's
+own), the asyncio wrappers run each bounded step under ``asyncio.timeout``
+instead (`abounded` with ``backstop``); a sync one keeps only the SDK's
+per-phase timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import inspect
+import sys
+import time
+import weakref
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any, Final
+
+from ..fsm.actions import Attempt
+from ..fsm.policy import Policy
+from .classify import MalformedReply
+
+__all__ = [
+    "AttemptBound",
+    "AttemptTimeout",
+    "BodyTooLarge",
+    "abounded",
+    "attempt_bound",
+    "bounded",
+    "instrument",
+    "is_instrumented",
+]
+
+_MONOTONIC = time.monotonic
+
+
+class AttemptTimeout(TimeoutError):
+    """An attempt ran out of its total time (or a stream out of its idle time)."""
+
+
+class BodyTooLarge(MalformedReply):
+    """A reply larger than ``max_body_bytes`` (classified as a malformed reply)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the reply exceeded max_body_bytes ({limit} bytes)")
+        self.limit = limit
+
+
+class AttemptBound:
+    """The bounds of one attempt in progress (mutable: a stream moves its deadline)."""
+
+    __slots__ = ("deadline", "max_bytes", "phase", "received", "seconds", "tripped")
+
+    def __init__(self, seconds: float, max_bytes: int) -> None:
+        #: The limit the deadline was last set from, and what it bounds (for messages).
+        self.seconds = seconds
+        self.phase = "total"
+        self.deadline = _MONOTONIC() + seconds
+        self.max_bytes = max_bytes
+        self.received = 0
+        #: What ran out: "time", "bytes", or None.
+        self.tripped: str | None = None
+
+    def idle(self, seconds: float) -> None:
+        """From now on, the next event must come within `seconds` (a committed stream)."""
+        self.seconds = seconds
+        self.phase = "idle"
+        self.deadline = _MONOTONIC() + seconds
+
+    def left(self) -> float:
+        return self.deadline - _MONOTONIC()
+
+    def error(self) -> Exception:
+        """What the attempt raises once a bound has tripped."""
+        if self.tripped == "bytes":
+            return BodyTooLarge(self.max_bytes)
+        if self.phase == "idle":
+            return AttemptTimeout(f"stream idle for {self.seconds:g} s (stream_idle_timeout)")
+        return AttemptTimeout(f"attempt exceeded its {self.seconds:g} s total time bound")
+
+
+def attempt_bound(policy: Policy, a: Attempt) -> AttemptBound:
+    """The bounds of attempt `a`: its timeout (what the turn's deadline leaves of
+    ``attempt_timeout``) and the policy's ``max_body_bytes``."""
+    return AttemptBound(a.timeout, policy.max_body_bytes)
+
+
+_CURRENT: Final[contextvars.ContextVar[AttemptBound | None]] = contextvars.ContextVar(
+    "fallgate_attempt_bound", default=None
+)
+
+
+@contextlib.contextmanager
+def bounded(bound: AttemptBound) -> Iterator[AttemptBound]:
+    """Run the block under `bound` (sync); a tripped bound raises its own error."""
+    token = _CURRENT.set(bound)
+    try:
+        yield bound
+    except Exception as e:
+        if bound.tripped is not None:
+            raise bound.error() from e
+        raise
+    finally:
+        _CURRENT.reset(token)
+
+
+class abounded:  # lower case: used like a function, ``async with abounded(bound):``
+    """The asyncio twin of `bounded`; with `backstop`, also ``asyncio.timeout`` at the
+    deadline (for a client whose transport `instrument` could not wrap, and for time
+    spent outside the socket). Never hold it across a ``yield`` to the caller. A class,
+    not a generator: a stream enters one per event."""
+
+    __slots__ = ("_backstop", "_bound", "_timeout", "_token")
+
+    def __init__(self, bound: AttemptBound, *, backstop: bool = True) -> None:
+        self._bound = bound
+        self._backstop = backstop
+        self._timeout: Any = None
+        self._token: Any = None
+
+    async def __aenter__(self) -> AttemptBound:
+        self._token = _CURRENT.set(self._bound)
+        if self._backstop:
+            self._timeout = asyncio.timeout(max(0.0, self._bound.left()))
+            await self._timeout.__aenter__()
+        return self._bound
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        bound = self._bound
+        try:
+            if self._timeout is not None:
+                await self._timeout.__aexit__(
+                    et, e, tb
+                )  # a CancelledError of its own: TimeoutError
+        except TimeoutError as te:
+            if bound.tripped is None:
+                bound.tripped = "time"
+            raise bound.error() from te
+        finally:
+            _CURRENT.reset(self._token)
+        if isinstance(e, TimeoutError) and bound.tripped is None and bound.left() <= 0:
+            bound.tripped = "time"
+        if isinstance(e, Exception) and bound.tripped is not None:
+            raise bound.error() from e
+        return False
+
+
+# -- the network layer --------------------------------------------------------------------------
+
+
+def _limit(b: AttemptBound, timeout: float | None, core: Any, exc: str) -> float:
+    """The timeout for one socket operation of a bounded attempt; raises the library's
+    `exc` once the deadline has passed."""
+    left = b.deadline - _MONOTONIC()
+    if left <= 0:
+        b.tripped = b.tripped or "time"
+        raise getattr(core, exc)(str(b.error()))
+    return left if timeout is None or timeout > left else timeout
+
+
+def _counted(b: AttemptBound, data: bytes, core: Any) -> bytes:
+    b.received += len(data)
+    if b.received > b.max_bytes:
+        b.tripped = "bytes"
+        raise core.ReadError(str(b.error()))
+    return data
+
+
+class _Stream:
+    """A sync network stream whose reads and writes obey the current attempt's bound."""
+
+    __slots__ = ("_core", "_s")
+
+    def __init__(self, stream: Any, core: Any) -> None:
+        self._s = stream
+        self._core = core
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        b = _CURRENT.get()
+        if b is None:
+            data: bytes = self._s.read(max_bytes, timeout)
+            return data
+        core = self._core
+        t = _limit(b, timeout, core, "ReadTimeout")
+        try:
+            data = self._s.read(max_bytes, t)
+        except core.ReadTimeout:
+            if timeout is None or t < timeout:  # the bound, not the read's own limit, ran out
+                b.tripped = b.tripped or "time"
+            raise
+        return _counted(b, data, core)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        b = _CURRENT.get()
+        if b is not None:
+            timeout = _limit(b, timeout, self._core, "WriteTimeout")
+        self._s.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._s.close()
+
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: Any = None
+    ) -> Any:
+        b = _CURRENT.get()
+        if b is not None:
+            timeout = _limit(b, timeout, self._core, "ConnectTimeout")
+        return _Stream(self._s.start_tls(ssl_context, server_hostname, timeout), self._core)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._s.get_extra_info(info)
+
+
+class _AsyncStream:
+    """The asyncio twin of `_Stream`."""
+
+    __slots__ = ("_core", "_s")
+
+    def __init__(self, stream: Any, core: Any) -> None:
+        self._s = stream
+        self._core = core
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        b = _CURRENT.get()
+        if b is None:
+            data: bytes = await self._s.read(max_bytes, timeout)
+            return data
+        core = self._core
+        t = _limit(b, timeout, core, "ReadTimeout")
+        try:
+            data = await self._s.read(max_bytes, t)
+        except core.ReadTimeout:
+            if timeout is None or t < timeout:  # the bound, not the read's own limit, ran out
+                b.tripped = b.tripped or "time"
+            raise
+        return _counted(b, data, core)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        b = _CURRENT.get()
+        if b is not None:
+            timeout = _limit(b, timeout, self._core, "WriteTimeout")
+        await self._s.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._s.aclose()
+
+    async def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: Any = None
+    ) -> Any:
+        b = _CURRENT.get()
+        if b is not None:
+            timeout = _limit(b, timeout, self._core, "ConnectTimeout")
+        inner = await self._s.start_tls(ssl_context, server_hostname, timeout)
+        return _AsyncStream(inner, self._core)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._s.get_extra_info(info)
+
+
+class _Backend:
+    """A sync network backend whose streams obey the current attempt's bound."""
+
+    __slots__ = ("_b", "_core")
+
+    def __init__(self, backend: Any, core: Any) -> None:
+        self._b = backend
+        self._core = core
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, **kw: Any) -> Any:
+        b = _CURRENT.get()
+        if b is not None:
+            timeout = _limit(b, timeout, self._core, "ConnectTimeout")
+        return _Stream(self._b.connect_tcp(host, port, timeout, **kw), self._core)
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None, **kw: Any) -> Any:
+        b = _CURRENT.get()
+        if b is not None:
+            timeout = _limit(b, timeout, self._core, "ConnectTimeout")
+        return _Stream(self._b.connect_unix_socket(path, timeout, **kw), self._core)
+
+    def sleep(self, seconds: float) -> None:
+        self._b.sleep(seconds)
+
+
+class _AsyncBackend:
+    """The asyncio twin of `_Backend`."""
+
+    __slots__ = ("_b", "_core")
+
+    def __init__(self, backend: Any, core: Any) -> None:
+        self._b = backend
+        self._core = core
+
+    async def connect_tcp(
+        self, host: str, port: int, timeout: float | None = None, **kw: Any
+    ) -> Any:
+        b = _CURRENT.get()
+        if b is not None:
+            timeout = _limit(b, timeout, self._core, "ConnectTimeout")
+        return _AsyncStream(await self._b.connect_tcp(host, port, timeout, **kw), self._core)
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None, **kw: Any) -> Any:
+        b = _CURRENT.get()
+        if b is not None:
+            timeout = _limit(b, timeout, self._core, "ConnectTimeout")
+        return _AsyncStream(await self._b.connect_unix_socket(path, timeout, **kw), self._core)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._b.sleep(seconds)
+
+
+def _wrap_pool(pool: Any) -> bool:
+    """Wrap one connection pool's network backend (httpcore / httpcore2); False when
+    the pool is not one we know how to wrap."""
+    backend = getattr(pool, "_network_backend", None)
+    if backend is None:
+        return False
+    if isinstance(backend, _Backend | _AsyncBackend):
+        return True
+    core = sys.modules.get(type(pool).__module__.partition(".")[0])
+    if core is None or not hasattr(core, "ReadTimeout"):
+        return False
+    if inspect.iscoroutinefunction(getattr(backend, "connect_tcp", None)):
+        pool._network_backend = _AsyncBackend(backend, core)
+    else:
+        pool._network_backend = _Backend(backend, core)
+    return True
+
+
+#: HTTP clients whose every transport `instrument` wrapped (held weakly).
+_WRAPPED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def is_instrumented(client: Any) -> bool:
+    """Do `client`'s requests obey the attempt bounds at the socket (`instrument`)?"""
+    try:
+        return getattr(client, "_client", client) in _WRAPPED
+    except TypeError:
+        return False
+
+
+def instrument(client: Any) -> bool:
+    """Make `client`'s requests obey the attempt bounds (an `openai.OpenAI` /
+    `AsyncOpenAI`, or an httpx / httpx2 client). Call it before the client's first
+    request (connections made earlier keep unbounded streams). Returns whether every
+    transport of the client could be wrapped; one that cannot (a custom transport)
+    keeps only the SDK's per-phase timeouts (and, with asyncio, ``asyncio.timeout``)."""
+    http_client = getattr(client, "_client", client)
+    transports = [getattr(http_client, "_transport", None)]
+    mounts = getattr(http_client, "_mounts", None)
+    if isinstance(mounts, dict):
+        transports += list(mounts.values())
+    ok = True
+    for t in transports:
+        if t is None:
+            continue
+        if not _wrap_pool(getattr(t, "_pool", None)):
+            ok = False
+    if ok:
+        with contextlib.suppress(TypeError):
+            _WRAPPED.add(http_client)
+    return ok
