@@ -37,10 +37,16 @@ class HTTPError(Exception):
 
 
 def test_a_clock_stepping_back_an_hour_does_not_stretch_a_5s_cooldown():
-    """The primary fails hard (503): it cools for 5 s (cooldown.initial). The clock then
+    """The primary fails hard (503) and its breaker opens on the first hard failure
+    (allowed_failures 0): it cools for 5 s (cooldown.initial). The clock then
     steps back an hour: the next turn still sees 5 s of cooling, not 3,605 s, and once
     5 s have passed the primary is used again."""
-    policy = chain("a", "b", cooldown={"initial": 5, "multiplier": 2, "cap": 300})
+    policy = chain(
+        "a",
+        "b",
+        cooldown={"initial": 5, "multiplier": 2, "cap": 300},
+        breaker={"allowed_failures": 0},
+    )
     health, clock = HealthStore(), JumpyClock()
     broken = {"a"}
 
@@ -62,7 +68,13 @@ def test_a_clock_stepping_back_an_hour_does_not_stretch_a_5s_cooldown():
 
 
 def test_the_reason_for_a_cooling_target_counts_forward_time_only():
-    policy = chain("a", "b", max_attempts=1, cooldown={"initial": 5, "multiplier": 2, "cap": 300})
+    policy = chain(
+        "a",
+        "b",
+        max_attempts=1,
+        cooldown={"initial": 5, "multiplier": 2, "cap": 300},
+        breaker={"allowed_failures": 0},
+    )
     health, clock = HealthStore(), JumpyClock()
 
     def fail_a(target, credential):
