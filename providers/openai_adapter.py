@@ -263,17 +263,7 @@ class Fallgate(_Base):
             return reply
 
         try:
-            result = drive(
-                call.policy,
-                attempt,
-                rebuild=functools.partial(self._pool.rebuild, seen=seen),
-                classify=classifier_for(call.policy, lambda: ledger.target),
-                health=self.health,
-                on_transition=self.on_transition,
-                clock=self.clock,
-                first=call.first,
-                telemetry=_telemetry(call, ledger),
-            )
+            result = drive(call.policy, attempt, **_drive_options(self, call, ledger, seen))
         except TurnFailed as e:
             ledger.attach(e)
             raise
@@ -377,17 +367,7 @@ class AsyncFallgate(_Base):
             return reply
 
         try:
-            result = await adrive(
-                call.policy,
-                attempt,
-                rebuild=functools.partial(self._pool.rebuild, seen=seen),
-                classify=classifier_for(call.policy, lambda: ledger.target),
-                health=self.health,
-                on_transition=self.on_transition,
-                clock=self.clock,
-                first=call.first,
-                telemetry=_telemetry(call, ledger),
-            )
+            result = await adrive(call.policy, attempt, **_drive_options(self, call, ledger, seen))
         except TurnFailed as e:
             ledger.attach(e)
             raise
@@ -409,6 +389,19 @@ class AsyncFallgate(_Base):
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def _drive_options(gate: Any, call: Call, ledger: Ledger, seen: Any) -> dict[str, Any]:
+    """What the sync and the async wrapper hand their driver besides policy and attempt."""
+    return {
+        "rebuild": functools.partial(gate._pool.rebuild, seen=seen),
+        "classify": classifier_for(call.policy, lambda: ledger.target),
+        "health": gate.health,
+        "on_transition": gate.on_transition,
+        "clock": gate.clock,
+        "first": call.first,
+        "telemetry": _telemetry(call, ledger),
+    }
 
 
 def _telemetry(call: Call, ledger: Ledger) -> _otel.Telemetry | None:
