@@ -33,6 +33,9 @@ exchange with the backend: what the turn reported goes out, the records it needs
 back), once before the turn starts and once after it ends; the asyncio loop runs those
 exchanges in a worker thread, never on the event loop.
 
+While turns are recorded (`fsm.record.record_traces`), each loop hands its turn to
+the recorder first, which writes it (turn line and transitions) when the loop ends.
+
 With OpenTelemetry switched on (`fsm.otel.enable`), each loop hands its turn
 to `fsm.otel` first, which records it (spans, events, metrics) and makes each
 attempt's span current while `attempt` runs; `telemetry` is what the caller
@@ -47,6 +50,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from typing import Any
 
 from . import otel as _otel
+from . import record as _record
 from .actions import Action, Attempt, Rebuild, Wait
 from .clock import Clock
 from .outcomes import Outcome
@@ -80,6 +84,7 @@ def host_loop(
     if _otel.ACTIVE is not None:
         turn, attempt = _otel.ACTIVE.observe(turn, attempt, telemetry)
     s = turn.s
+    tape = _record.ACTIVE.begin(s) if _record.ACTIVE is not None else None
     health = s.health
     shared = health.shared
     if shared:
@@ -117,6 +122,8 @@ def host_loop(
     finally:
         if shared:
             health.end(s)
+        if tape is not None:
+            tape.end()
     yield action
 
 
@@ -134,6 +141,7 @@ async def ahost_loop(
     if _otel.ACTIVE is not None:
         turn, attempt = _otel.ACTIVE.aobserve(turn, attempt, telemetry)
     s = turn.s
+    tape = _record.ACTIVE.begin(s) if _record.ACTIVE is not None else None
     health = s.health
     shared = health.shared
     if shared:
@@ -175,4 +183,6 @@ async def ahost_loop(
     finally:
         if shared:
             await asyncio.to_thread(health.end, s)
+        if tape is not None:
+            tape.end()
     yield action

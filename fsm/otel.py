@@ -667,7 +667,7 @@ class _Observed:
         """A transition's event: what happened and where it went; the target and
         credential when it entered another one (the start, a fallback, a key rotation);
         the wait and the detail when it has them (read from its `TraceEvent`)."""
-        _, _, _, trigger, dest, action, ti, cred, o = raw
+        _, _, _, trigger, dest, action, ti, cred, o, _ = raw
         trigger = str(trigger)
         attributes: dict[str, Any] = {"fallgate.event": trigger, "fallgate.state": dest}
         if ti >= 0 and (ti != self.where or cred is not self.credential):

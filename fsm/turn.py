@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from . import clock as _clock
-from .actions import Action, Fail, Wait
+from .actions import Action, Attempt, Fail, Wait
 from .guards import Effect, Guard, Observation, pick_of
 from .health import HealthStore
 from .machine import (
@@ -76,13 +76,26 @@ def apply(
     when someone looks (a hook, `trace`, a failure): most turns never pay for it.
     """
     s.state = t.dest
+    # the transition ends a request when the last action was an attempt that went out
+    sent = s.at - s.attempt_started if type(s.action) is Attempt and trigger != DENIED else None
     action = (run or t.effect.run)(s, t.arg)
     s.action = action
     s.seq = seq = s.seq + 1
     v = s.visit
     # the raw facts only; what the trace shows of them is worked out in `trace_event`
     s._raw.append(
-        (seq, s.at - s.started, t.source, trigger, t.dest, action, v.index, v.credential, s.outcome)
+        (
+            seq,
+            s.at - s.started,
+            t.source,
+            trigger,
+            t.dest,
+            action,
+            v.index,
+            v.credential,
+            s.outcome,
+            sent,
+        )
     )
     if type(action) is Fail:
         action.error.trace = tuple(s.trace)
@@ -93,10 +106,16 @@ def apply(
 
 def trace_event(s: TurnState, raw: tuple[Any, ...]) -> TraceEvent:
     """The `TraceEvent` of one recorded transition (credential ids only, never keys)."""
-    seq, at, source, trigger, dest, action, ti, cred, o = raw
+    seq, at, source, trigger, dest, action, ti, cred, o, sent = raw
     trigger = str(trigger)  # an OutcomeKind fed directly prints as its value
     cls = type(action)
     cred_id = cred.id if cred is not None and ti >= 0 else None
+    # what the request produced, for a replay (`fsm.replay`): its own outcome and latency
+    status = retry_after = latency = partial = None
+    if sent is not None:
+        latency = sent
+        if o is not None:
+            status, retry_after, partial = o.status, o.retry_after, o.partial is not None
     if o is not None and (cls is Fail or trigger == "success" or o.kind != trigger):
         o = None  # the event's own outcome only (not a success, not on the failure)
     wait: float | None = None
@@ -113,7 +132,22 @@ def trace_event(s: TurnState, raw: tuple[Any, ...]) -> TraceEvent:
         tgt = s.policy.targets[ti]
         name, model = tgt.name, tgt.model
     return TraceEvent(
-        seq, round(at, 6), source, trigger, dest, cls.__name__, name, model, cred_id, wait, detail
+        seq,
+        round(at, 6),
+        source,
+        trigger,
+        dest,
+        cls.__name__,
+        name,
+        model,
+        cred_id,
+        wait,
+        detail,
+        None,
+        status,
+        retry_after,
+        latency,
+        partial,
     )
 
 
