@@ -181,6 +181,8 @@ class TracedTurn:
     header: TurnHeader | None
     events: tuple[TraceEvent, ...] = attrs.field(converter=tuple)
     line: int = 1
+    #: The file line of each event.
+    lines: tuple[int, ...] = attrs.field(default=(), converter=tuple)
 
     @property
     def id(self) -> str:
@@ -278,6 +280,7 @@ def read_turns(text: str) -> list[TracedTurn]:
     order: list[str] = []
     heads: dict[str, tuple[TurnHeader | None, int]] = {}
     events: dict[str, list[TraceEvent]] = {}
+    lines: dict[str, list[int]] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -296,6 +299,7 @@ def read_turns(text: str) -> list[TracedTurn]:
             heads[head.turn] = (head, n)
             order.append(head.turn)
             events[head.turn] = []
+            lines[head.turn] = []
             continue
         missing = [k for k in REQUIRED if k not in obj]
         if missing:
@@ -309,8 +313,10 @@ def read_turns(text: str) -> list[TracedTurn]:
             heads[key] = (None, n)
             order.append(key)
             events[key] = []
+            lines[key] = []
         events[key].append(TraceEvent(**{k: v for k, v in obj.items() if k in _FIELDS}))
-    return [TracedTurn(heads[k][0], events[k], heads[k][1]) for k in order]
+        lines[key].append(n)
+    return [TracedTurn(heads[k][0], events[k], heads[k][1], lines[k]) for k in order]
 
 
 def from_jsonl(text: str, turn: str | None = None) -> list[TraceEvent]:
