@@ -13,6 +13,9 @@ The small public surface::
 
     fallgate.enable_otel()                        # OpenTelemetry spans and metrics (fallgate[otel])
 
+    fallgate.record_traces("turns.jsonl")         # every turn, replayable (trace format 1)
+    report = fallgate.replay(open("turns.jsonl").read(), fallgate.Policy.from_toml("new.toml"))
+
     health = fallgate.RedisHealthStore("redis://cache:6379/0")    # a fleet shares health
     health = fallgate.SQLiteHealthStore("/var/tmp/fallgate.db")   # ... or one host's processes
     client = fallgate.Fallgate(policy, health=health)
@@ -36,6 +39,8 @@ from .fsm.otel import disable as disable_otel
 from .fsm.otel import enable as enable_otel
 from .fsm.outcomes import Outcome, OutcomeKind
 from .fsm.policy import Policy
+from .fsm.record import record_traces, stop_recording
+from .fsm.replay import ReplayReport, replay
 
 if TYPE_CHECKING:
     from .fsm.checker import check_policy
@@ -51,6 +56,7 @@ __all__ = [
     "Policy",
     "PolicyError",
     "RedisHealthStore",
+    "ReplayReport",
     "SQLiteHealthStore",
     "TurnFailed",
     "TurnResult",
@@ -60,7 +66,10 @@ __all__ = [
     "disable_otel",
     "enable_otel",
     "instant_waits",
+    "record_traces",
+    "replay",
     "run",
+    "stop_recording",
 ]
 
 #: Loaded on first use: the openai wrappers import the SDK, the checker is large, the

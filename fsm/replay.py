@@ -165,6 +165,13 @@ class TurnReport:
         a, b = self.recorded.trace, self.replayed.trace
         return len(a) == len(b) and all(x.same_step(y) for x, y in zip(a, b, strict=True))
 
+    @property
+    def saved(self) -> float | None:
+        """Seconds the replay answered sooner (None: the replay stopped, unknown)."""
+        if self.stopped is not None:
+            return None
+        return round(self.recorded.seconds - self.replayed.seconds, 6)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "turn": self.turn,
@@ -173,7 +180,7 @@ class TurnReport:
             "replayed": {**self.replayed.as_dict(), "stopped": self.stopped},
             "assumptions": [a.as_dict() for a in self.assumptions],
             "same_path": self.same_path,
-            "saved_seconds": round(self.recorded.seconds - self.replayed.seconds, 6),
+            "saved_seconds": self.saved,
         }
 
 
@@ -208,6 +215,57 @@ class ReplayReport:
     @property
     def replayed(self) -> dict[str, Any]:
         return _total(t.replayed for t in self.turns)
+
+    def text(self) -> str:
+        """The report as a table: per turn and in total, then waits and assumptions."""
+        rows = [("turn", "start", "recorded", "replayed", "saved", "requests recorded", "replayed")]
+
+        def reqs(r: Mapping[str, int]) -> str:
+            return ", ".join(f"{k} {n}" for k, n in sorted(r.items())) or "-"
+
+        for t in self.turns:
+            rows.append(
+                (
+                    t.turn,
+                    f"+{t.start:.1f}s",
+                    f"{t.recorded.seconds:.3f}s {t.recorded.end}",
+                    f"{t.replayed.seconds:.3f}s {t.replayed.end}",
+                    f"{t.saved:.3f}s" if t.saved is not None else "?",
+                    reqs(t.recorded.requests),
+                    reqs(t.replayed.requests),
+                )
+            )
+        a, b = self.recorded, self.replayed
+
+        def ends(e: Mapping[str, int]) -> str:
+            return ", ".join(f"{n} {k}" for k, n in sorted(e.items()))
+
+        rows.append(
+            (
+                "total",
+                "",
+                f"{a['seconds']:.3f}s {ends(a['ends'])}",
+                f"{b['seconds']:.3f}s {ends(b['ends'])}",
+                f"{a['seconds'] - b['seconds']:.3f}s" if UNKNOWN not in b["ends"] else "?",
+                reqs(a["requests"]),
+                reqs(b["requests"]),
+            )
+        )
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+        waits = [
+            f"  {t.turn}: recorded {_list(t.recorded.waits)}; replayed {_list(t.replayed.waits)}"
+            for t in self.turns
+            if t.recorded.waits or t.replayed.waits
+        ]
+        if waits:
+            lines += ["", "waits (seconds):", *waits]
+        same = sum(t.same_path for t in self.turns)
+        lines += ["", f"{same} of {len(self.turns)} turns took their recorded path"]
+        found = self.assumptions
+        lines += ["", f"assumptions ({len(found)}):" if found else "assumptions: none"]
+        lines += [f"  {x.turn} +{x.at:.3f}s {x.target} ({x.backend}): {x.what}" for x in found]
+        return "\n".join(lines) + "\n"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -560,6 +618,10 @@ class _Replay:
         return self.default
 
 
+def _list(xs: Iterable[float]) -> str:
+    return " ".join(f"{x:.3f}" for x in xs) or "-"
+
+
 def _words(o: Outcome) -> str:
     text = o.kind.value
     if o.status is not None:
@@ -638,9 +700,11 @@ def replay(
         h = run.rec.header
         assert h is not None and run.turn is not None
         recorded = _path(run.rec.events, {x.name: x.key for x in h.targets}, r.labels)
-        replayed = _path(run.turn.trace, new_keys, r.labels)
-        if run.stopped is not None:
-            replayed = attrs.evolve(replayed, end=UNKNOWN)
+        if run.stopped is None:
+            replayed = _path(run.turn.trace, new_keys, r.labels)
+        else:  # its last transition is the stop: no request went out
+            replayed = _path(run.turn.trace[:-1], new_keys, r.labels)
+            replayed = attrs.evolve(replayed, end=UNKNOWN, trace=tuple(run.turn.trace))
         out.append(
             TurnReport(
                 run.rec.id,

@@ -1,4 +1,4 @@
-"""The `fallgate` command line: demo, diagram, check, serve, providers, health.
+"""The `fallgate` command line: demo, diagram, check, replay, serve, providers, health.
 
 Every failure a user can cause (a bad argument, a missing or malformed file,
 an invalid policy, a missing system tool) ends with a short message on stderr
@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 from ..fsm import Policy, PolicyError, diagram, overview, registry
 from ..fsm.machine import declare
 from ..fsm.textfile import UnreadableFile, read_text
-from ..fsm.trace import TraceEvent, from_jsonl
+from ..fsm.trace import TraceError, TraceEvent, from_jsonl
 
 PROG = "fallgate"
 
@@ -137,15 +137,25 @@ def load_policy(path: str | None) -> Policy:
 MAX_TRACE_BYTES = 16 << 20
 
 
-def load_trace(path: str) -> list[TraceEvent]:
+def read_trace_file(path: str) -> str:
+    """A trace file's text (bounded, UTF-8), or a CliError naming the file."""
     if not Path(path).exists():
         raise CliError(f"trace file not found: {path}", USAGE)
     try:
-        text = read_text(path, MAX_TRACE_BYTES)
+        return read_text(path, MAX_TRACE_BYTES)
     except UnreadableFile as e:
-        raise CliError(f"cannot read trace file {path}: {e.reason}", USAGE) from None
+        where = f"{path}:{e.line}" if e.line else path
+        raise CliError(f"cannot read trace file {where}: {e.reason}", USAGE) from None
+
+
+def load_trace(path: str, turn: str | None = None) -> list[TraceEvent]:
+    """The transitions of one turn of a trace file: turn `turn`, else the first."""
+    text = read_trace_file(path)
     try:
-        events = from_jsonl(text)
+        events = from_jsonl(text, turn)
+    except TraceError as e:
+        where = f"{path}:{e.line}" if e.line else path
+        raise CliError(f"{where}: {e.message}", USAGE) from None
     except (ValueError, TypeError) as e:
         raise CliError(f"{path}: {e}", USAGE) from None
     except RecursionError:
@@ -223,6 +233,39 @@ def cmd_diagram(args: argparse.Namespace) -> int:
     except diagram.DiagramError as e:
         raise CliError(f"{args.trace}: {e}", USAGE) from None
     _emit(out, args.output)
+    return OK
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from ..fsm.replay import Assume, ReplayError, replay
+
+    text = read_trace_file(args.trace)
+    policy = load_policy(args.policy)
+    rules: dict[str, Assume] = {}
+    default = Assume("recorded")
+    for item in args.assume:
+        name, eq, rule = item.rpartition("=")
+        try:
+            parsed = Assume.parse(rule)
+        except ValueError as e:
+            raise CliError(f"--assume {item}: {e}", USAGE) from None
+        if eq:
+            rules[name] = parsed
+        else:
+            default = parsed
+    try:
+        report = replay(text, policy, seed=args.seed, assume=rules, default=default)
+    except ReplayError as e:
+        where = f"{args.trace}:{e.line}" if e.line else args.trace
+        raise CliError(f"{where}: {e.message}", USAGE) from None
+    except ValueError as e:  # an --assume naming no target of the policy
+        raise CliError(str(e), USAGE) from None
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(f"replayed {len(report.turns)} turns of {args.trace} under {args.policy} "
+              f"(seed {args.seed})\n")
+        print(report.text(), end="")
     return OK
 
 
@@ -407,6 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  fallgate diagram policy.toml -o machine.svg\n"
             "  fallgate diagram --trace turn.jsonl    # highlight the path of a turn\n"
             "  fallgate check policy.toml\n"
+            "  fallgate replay turns.jsonl --policy new.toml   # what-if: recorded turns, new policy\n"
             "  fallgate providers                     # known providers, which keys are set\n"
             "  fallgate serve --script faults.toml --port 8080\n"
             "  fallgate health --store redis://127.0.0.1:6379/0   # a fleet's shared health\n\n"
@@ -492,6 +536,57 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p.set_defaults(run=cmd_diagram)
+
+    p = sub.add_parser(
+        "replay",
+        help="replay recorded turns under another policy: time, requests and ends compared",
+        formatter_class=fmt,
+        description=(
+            "Feeds what the providers answered in TRACES.jsonl (turns recorded with\n"
+            "fallgate.record_traces, trace format 1) to the core of POLICY on a virtual\n"
+            "clock, turn by turn in start order with one health store carried across\n"
+            "turns, and reports per turn and in total: time to answer, requests per\n"
+            "backend, end state, waits, and the difference from the recording. A request\n"
+            "on the recorded path gets its recorded answer; off it, the backend's latest\n"
+            "recorded answer at or before that time; with none, the --assume rule. Every\n"
+            "answer that was not the recorded one is listed as an assumption. Replaying\n"
+            "under the recording policy reproduces the recording. (docs/cli.md)"
+        ),
+        epilog=(
+            "examples:\n"
+            "  fallgate replay turns.jsonl --policy new.toml\n"
+            "  fallgate replay turns.jsonl --policy new.toml --assume fallback_1=success:0.4\n"
+            "  fallgate replay turns.jsonl --policy new.toml --assume unknown --json\n\n"
+            "exit status:\n"
+            "  0    replayed\n"
+            "  2    usage or input error: a missing, unreadable or invalid trace or policy,\n"
+            "       a trace older than format 1, a policy matching no recorded target,\n"
+            "       a bad --assume\n"
+            "  130  interrupted (Ctrl-C)"
+        ),
+    )
+    p.add_argument("trace", metavar="TRACES.jsonl", help="recorded turns (trace format 1)")
+    p.add_argument(
+        "--policy", required=True, metavar="POLICY.toml", help="the policy to replay them under"
+    )
+    p.add_argument(
+        "--assume",
+        action="append",
+        default=[],
+        metavar="[TARGET=]RULE",
+        help="what to assume for a request the recording cannot answer: recorded (the "
+        "default: the backend's recorded mix and median latency), unknown (stop the turn), "
+        "or KIND:SECONDS[:RETRY_AFTER] (success:0.4); TARGET is a target's name "
+        "(fallback_1), model, model@base_url or provider; without TARGET, for all others",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the jitter and mix draws")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"seed", "recorded": {"seconds", "requests", "ends"}, "replayed": '
+        '{"seconds", "requests", "ends", "assumptions"}, "turns": [...]}',
+    )
+    p.set_defaults(run=cmd_replay)
 
     p = sub.add_parser(
         "check",
