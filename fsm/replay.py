@@ -475,12 +475,18 @@ class _Replay:
             lst.sort(key=lambda a: a.start)  # stable: file order on a tie
         self.starts_of = {k: [a.start for a in v] for k, v in self.answers.items()}
         self.runs = []
-        index = {t.key: t.index for t in policy.targets}
+        index: dict[tuple[str, str], int] = {}
+        for x in policy.targets:
+            index.setdefault(x.key, x.index)
         for t, start in zip(turns, starts, strict=True):
             assert t.header is not None
             h = t.header
-            first_key = h.targets[h.first].key if 0 <= h.first < len(h.targets) else None
-            self.runs.append(_Run(t, start, index.get(first_key, 0), seed))  # type: ignore[arg-type]
+            first = 0
+            if 0 < h.first < len(h.targets):  # a turn that started down the chain
+                key = h.targets[h.first].key
+                same = h.first < len(policy.targets) and policy.targets[h.first].key == key
+                first = h.first if same else index.get(key, 0)
+            self.runs.append(_Run(t, start, first, seed))
         self.labels = _labels(self.keys | self.recorded_keys)
 
     def label(self, key: tuple[str, str]) -> str:

@@ -1,0 +1,278 @@
+"""Recording turns (trace format 1) and replaying them under a policy (`fsm.replay`)."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from fallgate.fsm import Policy
+from fallgate.fsm.actions import Attempt
+from fallgate.fsm.clock import VirtualClock
+from fallgate.fsm.health import HealthStore
+from fallgate.fsm.host import host_loop
+from fallgate.fsm.outcomes import Outcome, OutcomeKind
+from fallgate.fsm.policy import Target
+from fallgate.fsm.record import record_traces
+from fallgate.fsm.replay import Assume, ReplayError, replay
+from fallgate.fsm.testing import play
+from fallgate.fsm.trace import TraceError, from_jsonl, read_turns
+from fallgate.fsm.turn import Turn
+from helpers import KEY_PREFIX, chain
+from hypothesis import given, note
+from hypothesis import strategies as st
+from test_properties_fleet import fleet_policies
+from test_properties_stateful import policies
+
+KINDS = [k.value for k in OutcomeKind if k is not OutcomeKind.CANCELLED]
+
+#: One scripted request: outcome kind, Retry-After (None: none), latency.
+request = st.tuples(
+    st.sampled_from(KINDS),
+    st.sampled_from([None, 0.0, 1.0, 2.5, 20.0, 400.0]),
+    st.sampled_from([0.0, 0.01, 0.2, 1.0, 3.5, 40.0]),
+)
+#: One turn: the pause before it, its requests, whether its client rebuilds fail.
+turn_script = st.tuples(
+    st.sampled_from([0.0, 0.5, 3.0, 30.0]),
+    st.lists(request, max_size=12),
+    st.booleans(),
+)
+
+
+def record(policy: Policy, turns: list[Any], seed: int) -> str:
+    """Run `turns` one after another on one virtual clock and health store, with a seeded
+    random source, recording them; the trace file's text."""
+    lines: list[str] = []
+    clock = VirtualClock()
+    health = HealthStore()
+    rnd = random.Random(seed).random
+    with record_traces(lines.append):
+        for pause, script, rebuild_fails in turns:
+            clock.advance(pause)
+            todo = list(script)
+
+            def attempt(a: Attempt, todo: list[Any] = todo) -> Outcome:
+                kind, ra, latency = todo.pop(0) if todo else ("success", None, 0.1)
+                if latency > a.timeout:  # as a real client: cut at the attempt's timeout
+                    clock.advance(a.timeout)
+                    return Outcome("transport", detail="timed out")
+                clock.advance(latency)
+                status = 429 if kind == "rate_limited" else None
+                partial = "half an answer" if kind == "stream_interrupted" else None
+                return Outcome(kind, status=status, retry_after=ra, detail=kind, partial=partial)
+
+            def rebuild(t: Target, fails: bool = rebuild_fails) -> None:
+                if fails:
+                    raise ConnectionError("the client could not be rebuilt")
+
+            turn = Turn(policy, health=health, clock=clock.now, random=rnd)
+            for _ in host_loop(turn, clock=clock, rebuild=rebuild, attempt=attempt):
+                pass
+    return "".join(lines)
+
+
+def steps(trace: Any) -> list[tuple[Any, ...]]:
+    """What must be reproduced of each transition: the move, its time and its wait."""
+    return [
+        (e.seq, e.source, e.event, e.dest, e.action, e.target, e.model, e.credential, e.wait, e.time)
+        for e in trace
+    ]
+
+
+@given(
+    policy=policies() | fleet_policies(),
+    turns=st.lists(turn_script, min_size=1, max_size=4),
+    seed=st.integers(0, 2**32),
+    replay_seed=st.integers(0, 2**32),
+)
+def test_replaying_under_the_recording_policy_reproduces_the_recording(
+    policy: Policy, turns: list[Any], seed: int, replay_seed: int
+) -> None:
+    """Property: turns recorded on a virtual clock (any policy, fleet health rules included;
+    any outcomes, Retry-After values and latencies; pauses between turns), written as JSON
+    lines and read back, replay under the recording policy with exactly the recorded
+    transitions, times, waits, requests and end states, and no assumption, whatever the
+    replay's seed."""
+    text = record(policy, turns, seed)
+    note(text)
+    report = replay(text, policy, seed=replay_seed)
+    recorded = read_turns(text)
+    assert [t.turn for t in report.turns] == [t.id for t in recorded]
+    for rec, t in zip(recorded, report.turns, strict=True):
+        assert steps(t.replayed.trace) == steps(rec.events)
+        assert t.same_path
+        assert t.replayed.waits == t.recorded.waits
+        assert t.replayed.requests == t.recorded.requests
+        assert t.replayed.end == t.recorded.end
+        assert t.replayed.seconds == t.recorded.seconds
+        assert t.assumptions == () and t.stopped is None
+    assert report.replayed == report.recorded
+
+
+@given(
+    recording=policies() | fleet_policies(),
+    other=policies() | fleet_policies(),
+    turns=st.lists(turn_script, min_size=1, max_size=3),
+    seed=st.integers(0, 2**32),
+)
+def test_a_replay_under_another_policy_is_deterministic_given_its_seed(
+    recording: Policy, other: Policy, turns: list[Any], seed: int
+) -> None:
+    """Property: replaying the same recording under any policy twice with one seed gives the
+    same report (the seeded jitter and outcome-mix draws), assumptions included; each
+    request a replayed turn made off its recorded path is listed as an assumption."""
+    text = record(recording, turns, seed)
+    try:
+        first = replay(text, other, seed=seed)
+    except ReplayError as e:
+        assert "match no recorded target" in str(e)
+        return
+    assert replay(text, other, seed=seed).to_json() == first.to_json()
+    for t in first.turns:
+        if t.same_path:
+            continue
+        made = sum(t.replayed.requests.values())
+        assert len(t.assumptions) >= 1 or made <= sum(t.recorded.requests.values())
+
+
+# -- scenarios -----------------------------------------------------------------------------------
+
+
+def two_targets(**kw: Any) -> Policy:
+    return chain("a", "b", **kw)
+
+
+def recorded(policy: Policy, *scripts: list[str], pause: float = 3.0, latency: float = 0.3) -> str:
+    lines: list[str] = []
+    clock = VirtualClock()
+    health = HealthStore()
+    with record_traces(lines.append):
+        for script in scripts:
+            play(policy, script, clock=clock, health=health, attempt_seconds=latency, random=0.5)
+            clock.advance(pause)
+    return "".join(lines)
+
+
+def test_a_recording_names_its_turn_on_every_line_and_never_a_key() -> None:
+    policy = two_targets(keys=2)
+    text = recorded(policy, ["rate_limited:20", "success"], ["success"])
+    objs = [json.loads(line) for line in text.splitlines()]
+    heads = [o for o in objs if "v" in o]
+    assert len(heads) == 2 and {h["v"] for h in heads} == {1}
+    ids = {h["turn"] for h in heads}
+    assert all(o["turn"] in ids for o in objs)
+    assert heads[0]["targets"][0]["credentials"] == ["key#1", "key#2"]
+    assert KEY_PREFIX not in text
+    first_request = next(o for o in objs if "latency" in o)
+    assert first_request["event"] == "rate_limited"
+    assert first_request["retry_after"] == 20.0 and first_request["latency"] == pytest.approx(0.3)
+
+
+def test_waiting_out_a_retry_after_replays_faster_with_a_fallback_assumed() -> None:
+    waiting = two_targets(prefer_waiting=True, retry_after_cap=30)
+    text = recorded(waiting, ["rate_limited:20", "success"])
+    report = replay(text, two_targets(), assume={"b": "success:0.4"})
+    (t,) = report.turns
+    assert t.recorded.requests == {"a": 2} and t.recorded.seconds > 20
+    assert t.replayed.requests == {"a": 1, "b": 1}
+    assert t.replayed.seconds == pytest.approx(0.7)
+    assert [a.what for a in t.assumptions] == ["assumed success:0.4 (given)"]
+    assert t.assumptions[0].target == "fallback_1" and t.assumptions[0].at == pytest.approx(0.3)
+
+
+def test_a_target_never_recorded_stops_the_turn_unless_an_assumption_is_given() -> None:
+    text = recorded(two_targets(prefer_waiting=True), ["rate_limited:20", "success"])
+    (t,) = replay(text, two_targets()).turns
+    assert t.replayed.end == "unknown" and t.saved is None
+    assert t.replayed.requests == {"a": 1}
+    assert "never recorded" in (t.stopped or "")
+
+
+def test_off_the_recorded_path_a_backend_answers_as_it_last_did_with_retry_after_shortened() -> None:
+    # recorded with one key: a 429 with Retry-After 20, waited out. With a second key the
+    # policy rotates at 0.3 s, off the recorded path: the backend's latest answer then is
+    # that 429, with 19.7 s left of its Retry-After.
+    text = recorded(two_targets(prefer_waiting=True), ["rate_limited:20", "success"])
+    (t,) = replay(text, two_targets(prefer_waiting=True, keys=2)).turns
+    assert t.replayed.trace[1].credential == "key#2"
+    first = t.assumptions[0]
+    assert (first.target, first.at) == ("primary", 0.3)
+    assert "answered as a answered turn" in first.what and "Retry-After 19.7s" in first.what
+
+
+def test_health_carries_across_turns_in_a_replay() -> None:
+    # Two turns 3 s apart; the first saw a quota error (a cooldown on a). Replayed under
+    # the same policy, the second skips a exactly as recorded.
+    policy = two_targets()
+    text = recorded(policy, ["quota", "success"], ["success"])
+    rep = replay(text, policy)
+    assert [t.replayed.requests for t in rep.turns] == [{"a": 1, "b": 1}, {"b": 1}]
+    assert all(t.same_path for t in rep.turns)
+    # replayed without the first turn, the second asks a (which that recording never
+    # saw answer): the skip came from the health the first turn left
+    alone = replay(read_turns(text)[1:], policy).turns[0]
+    assert alone.assumptions[0].target == "primary" and alone.replayed.end == "unknown"
+
+
+def test_a_request_slower_than_the_new_attempt_timeout_times_out() -> None:
+    text = recorded(two_targets(), ["success"], latency=8.0)
+    (t,) = replay(text, two_targets(attempt_timeout=5), assume={"b": "success:1"}).turns
+    assert t.replayed.trace[1].event == "transport"
+    # each retry is answered as a last answered (8 s): every one times out, then b
+    assert t.replayed.requests == {"a": 3, "b": 1}
+
+
+def test_assumptions_parse_and_refuse_nonsense() -> None:
+    assert Assume.parse("success:0.4") == Assume("success", 0.4)
+    assert Assume.parse("rate_limited:0.1:20") == Assume("rate_limited", 0.1, 20.0)
+    assert str(Assume.parse("unknown")) == "unknown"
+    for bad in ("succes:1", "success", "success:-1", "success:x", "unknown:3", "cancelled:1"):
+        with pytest.raises(ValueError):
+            Assume.parse(bad)
+
+
+def test_old_traces_read_for_diagrams_but_replay_refuses_them() -> None:
+    played = play(two_targets(), ["transport", "success"])
+    old = "".join(e.to_json() + "\n" for e in played.trace)
+    assert from_jsonl(old) == list(played.trace)
+    with pytest.raises(ReplayError, match="without turn lines") as info:
+        replay(old, two_targets())
+    assert info.value.line == 1
+
+
+def test_a_multi_turn_file_gives_one_turn_to_a_diagram() -> None:
+    text = recorded(two_targets(), ["transport", "success"], ["success"])
+    ids = [t.id for t in read_turns(text)]
+    assert [e.seq for e in from_jsonl(text)] == [1, 2, 3, 4]
+    assert [e.seq for e in from_jsonl(text, ids[1])] == [1, 2]
+    with pytest.raises(TraceError, match="no turn 'nope'"):
+        from_jsonl(text, "nope")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"v": 2, "turn": "x"}', "version 2 is not supported"),
+        ('{"v": 1, "turn": "x"}', "turn line: missing start"),
+        ('{"seq": 1, "time": 0, "source": "idle", "event": "start", "dest": "a", '
+         '"action": "Attempt", "turn": "ghost"}', "whose turn line has not come"),
+        ('{"seq": "1", "time": 0, "source": "idle", "event": "s", "dest": "a", "action": "A"}',
+         "seq must be an integer"),
+        ("[1, 2]", "expected an object"),
+        ("{nope", "not JSON"),
+    ],
+)
+def test_a_bad_trace_line_is_named(line: str, message: str) -> None:
+    good = recorded(two_targets(), ["success"])
+    text = good + line + "\n"
+    with pytest.raises(TraceError, match=message) as info:
+        read_turns(text)
+    assert info.value.line == len(good.splitlines()) + 1
+
+
+def test_a_policy_matching_no_recorded_target_is_refused() -> None:
+    text = recorded(two_targets(), ["success"])
+    with pytest.raises(ReplayError, match="match no recorded target"):
+        replay(text, chain("x", "y"))
