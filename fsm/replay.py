@@ -602,7 +602,8 @@ class _Replay:
                 kinds = sorted({x.kind for x in found})
                 note(
                     f"nothing recorded before this time: drawn from {label}'s recorded "
-                    f"mix ({', '.join(kinds)} over {len(found)} requests): {_words(o)}, "
+                    f"mix ({', '.join(kinds)} over {len(found)} "
+                    f"request{'s' if len(found) > 1 else ''}): {_words(o)}, "
                     f"median latency {latency:.3f}s"
                 )
                 return o, latency
