@@ -40,9 +40,7 @@ ACTIVE: Recorder | None = None
 _lock = threading.Lock()
 _TURNS: Final = itertools.count(1)
 #: The clocks turns were recorded on, the latest 64: (clock, domain name, wall, reading).
-_domains: collections.OrderedDict[int, tuple[object, str, float, float]] = (
-    collections.OrderedDict()
-)
+_domains: collections.OrderedDict[int, tuple[object, str, float, float]] = collections.OrderedDict()
 _process = ""
 
 
@@ -99,9 +97,7 @@ class _Tape:
         self.s = s
         domain, wall, reading = _domain(s.clock, s.started)
         targets = tuple(
-            TracedTarget(
-                t.name, t.provider, t.model, t.key[0], tuple(c.id for c in t.credentials)
-            )
+            TracedTarget(t.name, t.provider, t.model, t.key[0], tuple(c.id for c in t.credentials))
             for t in s.policy.targets
         )
         self.header = TurnHeader(

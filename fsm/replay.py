@@ -252,7 +252,9 @@ class ReplayReport:
             )
         )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+        lines = [
+            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+        ]
         waits = [
             f"  {t.turn}: recorded {_list(t.recorded.waits)}; replayed {_list(t.replayed.waits)}"
             for t in self.turns

@@ -44,6 +44,14 @@ def _draws(value: Iterable[float]) -> tuple[float, ...]:
     return tuple(value)
 
 
+def _strs(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _ints(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(value)
+
+
 @attrs.frozen(slots=True)
 class TraceEvent:
     """One transition of a turn.
@@ -135,12 +143,16 @@ class TracedTarget:
     provider: str
     model: str
     endpoint: str
-    credentials: tuple[str, ...] = attrs.field(converter=tuple)
+    credentials: tuple[str, ...] = attrs.field(converter=_strs)
 
     @property
     def key(self) -> tuple[str, str]:
         """The backend (endpoint, model): how a replay matches it to another policy's."""
         return (self.endpoint, self.model)
+
+
+def _targets(value: Iterable[TracedTarget]) -> tuple[TracedTarget, ...]:
+    return tuple(value)
 
 
 @attrs.frozen(slots=True)
@@ -157,7 +169,7 @@ class TurnHeader:
     clock: float
     domain: str
     first: int
-    targets: tuple[TracedTarget, ...] = attrs.field(converter=tuple)
+    targets: tuple[TracedTarget, ...] = attrs.field(converter=_targets)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -173,16 +185,20 @@ class TurnHeader:
         )
 
 
+def _events(value: Iterable[TraceEvent]) -> tuple[TraceEvent, ...]:
+    return tuple(value)
+
+
 @attrs.frozen(slots=True)
 class TracedTurn:
     """One turn of a trace file: its turn line (None in an old trace), its transitions,
     and the file line each came from (for messages)."""
 
     header: TurnHeader | None
-    events: tuple[TraceEvent, ...] = attrs.field(converter=tuple)
+    events: tuple[TraceEvent, ...] = attrs.field(converter=_events)
     line: int = 1
     #: The file line of each event.
-    lines: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    lines: tuple[int, ...] = attrs.field(default=(), converter=_ints)
 
     @property
     def id(self) -> str:

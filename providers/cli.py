@@ -84,7 +84,6 @@ def graphviz_hint(fmt: str) -> str:
     )
 
 
-
 class CliError(Exception):
     """A user-facing failure: printed as one message, exit status `code`."""
 
@@ -263,8 +262,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        print(f"replayed {len(report.turns)} turns of {args.trace} under {args.policy} "
-              f"(seed {args.seed})\n")
+        print(
+            f"replayed {len(report.turns)} turns of {args.trace} under {args.policy} "
+            f"(seed {args.seed})\n"
+        )
         print(report.text(), end="")
     return OK
 
@@ -402,13 +403,10 @@ def cmd_health(args: argparse.Namespace) -> int:
                 known = ", ".join(t["target"] for t in data["targets"]) or "none"
                 why = "names more than one backend" if chosen else "is not in the store"
                 raise CliError(
-                    f"--reset {args.reset!r} {why} (targets: {known}; give MODEL@BASE_URL, "
-                    "or all)",
+                    f"--reset {args.reset!r} {why} (targets: {known}; give MODEL@BASE_URL, or all)",
                     USAGE,
                 )
-            deleted = sum(
-                health_report.reset(backend, t["base_url"], t["model"]) for t in chosen
-            )
+            deleted = sum(health_report.reset(backend, t["base_url"], t["model"]) for t in chosen)
             names = ", ".join(t["target"] for t in chosen)
             if args.json:
                 print(json.dumps({"store": backend.url, "reset": names, "deleted": deleted}))
@@ -450,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  fallgate diagram policy.toml -o machine.svg\n"
             "  fallgate diagram --trace turn.jsonl    # highlight the path of a turn\n"
             "  fallgate check policy.toml\n"
-            "  fallgate replay turns.jsonl --policy new.toml   # what-if: recorded turns, new policy\n"
+            "  fallgate replay turns.jsonl --policy new.toml   # what-if: a new policy, old turns\n"
             "  fallgate providers                     # known providers, which keys are set\n"
             "  fallgate serve --script faults.toml --port 8080\n"
             "  fallgate health --store redis://127.0.0.1:6379/0   # a fleet's shared health\n\n"

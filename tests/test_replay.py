@@ -19,11 +19,12 @@ from fallgate.fsm.replay import Assume, ReplayError, replay
 from fallgate.fsm.testing import play
 from fallgate.fsm.trace import TraceError, from_jsonl, read_turns
 from fallgate.fsm.turn import Turn
-from helpers import KEY_PREFIX, chain
 from hypothesis import given, note
 from hypothesis import strategies as st
 from test_properties_fleet import fleet_policies
 from test_properties_stateful import policies
+
+from helpers import KEY_PREFIX, chain
 
 KINDS = [k.value for k in OutcomeKind if k is not OutcomeKind.CANCELLED]
 
@@ -76,7 +77,18 @@ def record(policy: Policy, turns: list[Any], seed: int) -> str:
 def steps(trace: Any) -> list[tuple[Any, ...]]:
     """What must be reproduced of each transition: the move, its time and its wait."""
     return [
-        (e.seq, e.source, e.event, e.dest, e.action, e.target, e.model, e.credential, e.wait, e.time)
+        (
+            e.seq,
+            e.source,
+            e.event,
+            e.dest,
+            e.action,
+            e.target,
+            e.model,
+            e.credential,
+            e.wait,
+            e.time,
+        )
         for e in trace
     ]
 
@@ -190,7 +202,9 @@ def test_a_target_never_recorded_stops_the_turn_unless_an_assumption_is_given() 
     assert "never recorded" in (t.stopped or "")
 
 
-def test_off_the_recorded_path_a_backend_answers_as_it_last_did_with_retry_after_shortened() -> None:
+def test_off_the_recorded_path_a_backend_answers_as_it_last_did_with_retry_after_shortened() -> (
+    None
+):
     # recorded with one key: a 429 with Retry-After 20, waited out. With a second key the
     # policy rotates at 0.3 s, off the recorded path: the backend's latest answer then is
     # that 429, with 19.7 s left of its Retry-After.
@@ -256,10 +270,15 @@ def test_a_multi_turn_file_gives_one_turn_to_a_diagram() -> None:
     [
         ('{"v": 2, "turn": "x"}', "version 2 is not supported"),
         ('{"v": 1, "turn": "x"}', "turn line: missing start"),
-        ('{"seq": 1, "time": 0, "source": "idle", "event": "start", "dest": "a", '
-         '"action": "Attempt", "turn": "ghost"}', "whose turn line has not come"),
-        ('{"seq": "1", "time": 0, "source": "idle", "event": "s", "dest": "a", "action": "A"}',
-         "seq must be an integer"),
+        (
+            '{"seq": 1, "time": 0, "source": "idle", "event": "start", "dest": "a", '
+            '"action": "Attempt", "turn": "ghost"}',
+            "whose turn line has not come",
+        ),
+        (
+            '{"seq": "1", "time": 0, "source": "idle", "event": "s", "dest": "a", "action": "A"}',
+            "seq must be an integer",
+        ),
         ("[1, 2]", "expected an object"),
         ("{nope", "not JSON"),
     ],

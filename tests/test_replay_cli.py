@@ -92,8 +92,10 @@ def test_unknown_stops_the_turn_and_says_so(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_the_seed_makes_the_replay_repeatable(capsys: pytest.CaptureFixture[str]) -> None:
-    outs = {run(capsys, "replay", INCIDENT, "--policy", DEFAULT, "--seed", "7", "--json")[1]
-            for _ in range(2)}
+    outs = {
+        run(capsys, "replay", INCIDENT, "--policy", DEFAULT, "--seed", "7", "--json")[1]
+        for _ in range(2)
+    }
     assert len(outs) == 1
 
 
@@ -109,8 +111,11 @@ OLD = (
         (OLD, ":1: a trace without turn lines"),
         ('{"v": 7, "turn": "x"}\n', ":1: trace format version 7 is not supported"),
         ("not json at all\n", ":1: not JSON"),
-        ('{"v": 1, "turn": "t", "start": 0, "clock": 0, "domain": "d", "first": 0, '
-         '"targets": []}\n', ":1: turn line: targets is empty"),
+        (
+            '{"v": 1, "turn": "t", "start": 0, "clock": 0, "domain": "d", "first": 0, '
+            '"targets": []}\n',
+            ":1: turn line: targets is empty",
+        ),
         ("", "the trace holds no turn"),
         (b"\xff\xfe binary", "not UTF-8 text"),
     ],

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import fallgate
 from fallgate.fsm import instant_waits
 from fallgate.providers import Fallgate
 from fallgate.providers.fault_server import FaultServer
+
+import fallgate
+
 from helpers import KEY_PREFIX, chain
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -28,8 +30,9 @@ def test_an_incident_recorded_with_the_real_sdk_replays_faster_under_the_default
     fault_server: FaultServer, tmp_path: Path
 ) -> None:
     fault_server.script(INCIDENT)
-    waiting = chain("glm-5.1", "glm-4.7", server=fault_server, prefer_waiting=True,
-                    retry_after_cap=30)
+    waiting = chain(
+        "glm-5.1", "glm-4.7", server=fault_server, prefer_waiting=True, retry_after_cap=30
+    )
     out = tmp_path / "incident.jsonl"
     # virtual time: the 20 s Retry-After is waited out at once
     with instant_waits(), fallgate.record_traces(out), Fallgate(waiting) as gate:
