@@ -317,7 +317,7 @@ def read_turns(text: str) -> list[TracedTurn]:
             events[head.turn] = []
             lines[head.turn] = []
             continue
-        missing = [k for k in REQUIRED if k not in obj]
+        missing = sorted(k for k in REQUIRED if k not in obj)
         if missing:
             raise TraceError(n, f"missing {', '.join(missing)}")
         _check(obj, n, [k for k in obj if k in _FIELDS])

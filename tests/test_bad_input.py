@@ -204,7 +204,7 @@ def test_a_trace_nested_too_deeply_is_named(
     trace.write_text("[" * 100_000 + "]" * 100_000 + "\n")
     code, err = cli(capsys, "diagram", "--trace", str(trace))
     assert code == 2
-    assert f"{trace}: nested too deeply to be a trace" in err
+    assert f"{trace}:1: nested too deeply to be a trace" in err
 
 
 def test_the_api_names_a_huge_number_and_deep_nesting_given_as_data() -> None:

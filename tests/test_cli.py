@@ -268,7 +268,7 @@ def test_trace_errors_name_the_file_and_line(capsys, tmp_path):
     bad.write_text('{"seq": 1}\nnot json\n')
     code, _, err = run(capsys, "diagram", "--trace", str(bad))
     assert code == 2
-    assert "trace line 1: missing action, dest, event, source, time" in err
+    assert f"{bad}:1: missing action, dest, event, source, time" in err
 
 
 def test_a_trace_recorded_with_another_policy_is_refused(capsys):
