@@ -206,7 +206,9 @@ def cmd_diagram(args: argparse.Namespace) -> int:
     if args.overview and args.trace:
         raise CliError("--trace highlights a path on the whole machine: drop --overview", USAGE)
     policy = load_policy(args.policy)
-    trace = load_trace(args.trace) if args.trace else None
+    if args.turn and not args.trace:
+        raise CliError("--turn picks a turn of a --trace file: give --trace too", USAGE)
+    trace = load_trace(args.trace, args.turn) if args.trace else None
     decl = declare(policy)
     try:
         if args.overview:
@@ -531,6 +533,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TRACE.jsonl",
         help="a turn's trace as JSON lines (fallgate.fsm.trace.to_jsonl(result.trace)) "
         "to highlight",
+    )
+    p.add_argument(
+        "--turn",
+        metavar="ID",
+        help="the turn of a --trace file that holds several (recorded with "
+        "fallgate.record_traces) to highlight (default: the first)",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p.set_defaults(run=cmd_diagram)

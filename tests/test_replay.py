@@ -295,3 +295,79 @@ def test_a_policy_matching_no_recorded_target_is_refused() -> None:
     text = recorded(two_targets(), ["success"])
     with pytest.raises(ReplayError, match="match no recorded target"):
         replay(text, chain("x", "y"))
+
+
+def _shift_turn(text: str, n: int, clock: float) -> str:
+    """The trace with turn `n`'s (0-based) start moved to clock reading `clock`."""
+    out = []
+    seen = -1
+    for line in text.splitlines():
+        obj = json.loads(line)
+        if "v" in obj:
+            seen += 1
+            if seen == n:
+                obj["clock"] = clock
+                line = json.dumps(obj)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_overlapping_turns_replay_in_time_order_with_health_shared_as_it_happens() -> None:
+    # turn 2 starts 5 s into turn 1 (as two workers would): under the default rules turn
+    # 1 falls back at 0.3 s and leaves a's Retry-After cooldown, which turn 2 meets at 5 s
+    # although turn 1's recording ran until 21 s.
+    waiting = two_targets(prefer_waiting=True)
+    text = recorded(waiting, ["rate_limited:20", "success"], ["success"])
+    start = read_turns(text)[0].header
+    assert start is not None
+    overlapping = _shift_turn(text, 1, start.clock + 5.0)
+    rules = {"b": "success:0.4"}
+    turns = replay(overlapping, two_targets(), assume=rules).turns
+    assert [t.start for t in turns] == [0.0, 5.0]
+    assert [t.replayed.requests for t in turns] == [{"a": 1, "b": 1}, {"b": 1}]
+    # the same turns far apart: the cooldown is over when turn 2 starts
+    apart = replay(_shift_turn(text, 1, start.clock + 60.0), two_targets(), assume=rules).turns
+    assert [t.replayed.requests for t in apart] == [{"a": 1, "b": 1}, {"a": 1}]
+
+
+def test_turns_interleaved_line_by_line_read_as_their_turns() -> None:
+    text = recorded(two_targets(), ["transport", "success"], ["overloaded", "success"])
+    turns = read_turns(text)
+    a = [ln for ln in text.splitlines() if turns[0].id in ln]
+    b = [ln for ln in text.splitlines() if turns[1].id in ln]
+    mixed = [x for pair in zip(a, b, strict=False) for x in pair] + a[len(b) :] + b[len(a) :]
+    again = read_turns("\n".join(mixed) + "\n")
+    assert [(t.id, t.events) for t in again] == [(t.id, t.events) for t in turns]
+    mixed_report = replay("\n".join(mixed) + "\n", two_targets())
+    assert mixed_report.to_json() == replay(text, two_targets()).to_json()
+
+
+def test_a_sink_that_fails_never_fails_the_turn(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(text: str) -> None:
+        raise OSError("disk full")
+
+    with record_traces(broken) as rec:
+        for _ in range(2):
+            assert play(two_targets(), ["success"]).state == "done"
+    assert rec.turns == 0
+    assert [r.message for r in caplog.records].count(
+        "fallgate: cannot record a turn to " + repr(broken) + ": disk full"
+    ) == 1
+
+
+def test_failed_and_async_turns_are_recorded_too(tmp_path: Any) -> None:
+    import asyncio
+
+    from fallgate.fsm import arun
+
+    out = tmp_path / "turns.jsonl"
+    with record_traces(out):
+        assert play(two_targets(), ["bad_request"]).state == "failed"
+
+        async def call(target: Target, cred: Any) -> str:
+            return "ok"
+
+        asyncio.run(arun(two_targets(), call, clock=VirtualClock(), health=HealthStore()))
+    turns = read_turns(out.read_text())
+    assert [t.events[-1].dest for t in turns] == ["failed", "done"]
+    assert [t.header.first for t in turns if t.header] == [0, 0]

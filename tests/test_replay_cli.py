@@ -184,3 +184,17 @@ def test_missing_files_are_named(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert code == 2 and "trace file not found" in err
     code, _, err = run(capsys, "replay", INCIDENT, "--policy", tmp_path / "nope.toml")
     assert code == 2 and "policy file not found" in err
+
+
+def test_diagram_picks_one_turn_of_a_recording(capsys: pytest.CaptureFixture[str]) -> None:
+    ids = [json.loads(x)["turn"] for x in INCIDENT.read_text().splitlines() if '"v"' in x]
+    drawn = []
+    for extra in ([], ["--turn", ids[0]], ["--turn", ids[1]]):
+        code, out, err = run(capsys, "diagram", WAITING, "--trace", INCIDENT, *extra)
+        assert code == 0, err
+        drawn.append(out)
+    assert drawn[0] == drawn[1] != drawn[2]  # the first turn by default
+    code, _, err = run(capsys, "diagram", WAITING, "--trace", INCIDENT, "--turn", "nope")
+    assert code == 2 and f"no turn 'nope' in the trace (its turns: {ids[0]}, {ids[1]})" in err
+    code, _, err = run(capsys, "diagram", "--turn", ids[0])
+    assert code == 2 and "give --trace too" in err
