@@ -6,7 +6,8 @@ that say what they hold: `actions` (what the core asks its host to do),
 `traits` (what each outcome kind means), `machine` (the one declaration),
 `guards` (what its edges check and do), `state`, `turn` (the executors),
 `host` and `drivers` (the host loops), `clock`, `health`, `trace`, `diagram`,
-`checker` (the model checker) and `testing` (a fake clock, scripted turns).
+`checker` (the model checker), `record` and `replay` (recorded turns replayed under
+another policy) and `testing` (a fake clock, scripted turns).
 """
 
 from __future__ import annotations

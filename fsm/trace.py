@@ -256,6 +256,10 @@ def _header(obj: dict[str, Any], n: int) -> TurnHeader:
             problems.append(f"missing {k}")
         elif not isinstance(obj[k], kinds) or isinstance(obj[k], bool):
             problems.append(f"{k} must be {'a number' if float in kinds else _WORDS[kinds[0]]}")
+    for k in ("start", "clock"):
+        v = obj.get(k)
+        if isinstance(v, float) and not math.isfinite(v):
+            problems.append(f"{k} must be a finite number")
     if problems:
         raise TraceError(n, "turn line: " + ", ".join(problems))
     targets = []

@@ -271,6 +271,11 @@ def test_a_multi_turn_file_gives_one_turn_to_a_diagram() -> None:
         ('{"v": 2, "turn": "x"}', "version 2 is not supported"),
         ('{"v": 1, "turn": "x"}', "turn line: missing start"),
         (
+            '{"v": 1, "turn": "x", "start": NaN, "clock": 0, "domain": "d", "first": 0, '
+            '"targets": []}',
+            "turn line: start must be a finite number",
+        ),
+        (
             '{"seq": 1, "time": 0, "source": "idle", "event": "start", "dest": "a", '
             '"action": "Attempt", "turn": "ghost"}',
             "whose turn line has not come",
