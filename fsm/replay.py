@@ -11,9 +11,10 @@ What a request is answered with, in this order:
 1. **On the recorded path** (every transition of the turn so far is the recorded one:
    same states, event, target, key and wait): the recorded answer of that request, with
    its recorded latency. Under the recording policy a turn never leaves its recorded
-   path, so the replay reproduces the recording: the same transitions, waits, requests
-   and end states; the same times when the recording's clock was virtual (a system
-   clock's oversleeping and a client's rebuild time are not in the recording).
+   path, so the replay reproduces the recording: the same transitions, waits, requests,
+   end states and times. The host's own time on the recorded path is replayed as
+   recorded too (a wait that overslept, a client rebuild, the turn's start), so a
+   recording on the system clock replays to the microsecond (its rounding).
 2. **Off it**, the backend's (endpoint and model) latest recorded request that started
    at or before this virtual time, in any turn (on a tie, the first in the file): its
    outcome and latency, its Retry-After shortened by the time since. Listed as an
@@ -53,6 +54,8 @@ from .turn import Turn
 __all__ = ["Assume", "Assumption", "ReplayError", "ReplayReport", "TurnReport", "replay"]
 
 _KINDS: Final = frozenset(k.value for k in OutcomeKind)
+#: Trace times are rounded to the microsecond: differences below this are rounding.
+_ROUNDING: Final = 2e-6
 UNKNOWN: Final = "unknown"
 
 
@@ -417,6 +420,7 @@ class _Run:
         self.checked = 0
         self.assumptions: list[Assumption] = []
         self.stopped: str | None = None
+        self.rebuilding: bool | None = None  # a rebuild under way, and how it ends
 
     def follow(self) -> None:
         """Is the turn still on its recorded path?"""
@@ -428,6 +432,15 @@ class _Run:
             if self.on_script and (i >= len(rec) or not trace[i].same_step(rec[i])):
                 self.on_script = False
             self.checked += 1
+
+    def took(self, nxt: TraceEvent | None, event: str) -> float:
+        """How long the host took, as recorded, to carry out the action the recorded path
+        asked for last, when `nxt` (the recorded transition after it) is `event`; else 0."""
+        if nxt is None or nxt.event != event:
+            return 0.0
+        assert self.turn is not None
+        i = len(self.turn.trace)
+        return nxt.time - self.rec.events[i - 1].time if i > 0 else 0.0
 
     def recorded_next(self) -> TraceEvent | None:
         """The recorded transition that comes next, while on the recorded path."""
@@ -518,12 +531,20 @@ class _Replay:
             t = r.turn = Turn(
                 self.policy, health=self.health, clock=self.clock, random=r.random, first=r.first
             )
+            events = r.rec.events
+            if events and events[0].time > _ROUNDING:  # the host started it that much later
+                return now + events[0].time
+            action = t.start()
+        elif not t.trace:
             action = t.start()
         elif r.cancel:
             action = t.cancel()
         elif r.pending is not None:
             o, r.pending = r.pending, None
             action = t.feed(o)
+        elif r.rebuilding is not None:
+            ok, r.rebuilding = r.rebuilding, None
+            action = t.rebuilt(ok)
         else:
             action = t.waited()
         health = self.health
@@ -555,12 +576,20 @@ class _Replay:
                 r.pending = o
                 return now + latency
             if type(action) is Wait:
+                took = r.took(nxt, "waited")
+                if took > action.seconds + _ROUNDING:  # the recording overslept: as it did
+                    return now + took
                 if action.seconds > 0:
                     return now + action.seconds
                 action = t.waited()
                 continue
             if type(action) is Rebuild:
-                action = t.rebuilt(not (nxt is not None and nxt.event == "rebuild_failed"))
+                ok = not (nxt is not None and nxt.event == "rebuild_failed")
+                took = r.took(nxt, "rebuilt" if ok else "rebuild_failed")
+                if took > _ROUNDING:  # the recorded rebuild took time: so does this one
+                    r.rebuilding = ok
+                    return now + took
+                action = t.rebuilt(ok)
                 continue
             return None  # Finish or Fail: `done` on the next look
 

@@ -55,8 +55,8 @@ def test_the_incident_replayed_under_its_own_policy_takes_the_recorded_path(
     assert data["replayed"]["assumptions"] == []
     for t in data["turns"]:
         assert t["replayed"]["waits"] == t["recorded"]["waits"]
-        # a system clock's recording: the host's own milliseconds are not replayed
-        assert t["replayed"]["seconds"] == pytest.approx(t["recorded"]["seconds"], abs=0.05)
+        # a system clock's recording, oversleeping and all: to the microsecond
+        assert t["replayed"]["seconds"] == pytest.approx(t["recorded"]["seconds"], abs=2e-6)
 
 
 def test_the_readme_example_is_what_the_command_prints(
