@@ -122,9 +122,12 @@ class _Tape:
         by_seq: dict[int, list[float]] = {}
         for seq, x in self.draws:
             by_seq.setdefault(seq, []).append(x)
+        # times to full precision (a trace rounds them to the microsecond): a replay puts
+        # each event at its recorded instant, in order with other turns' events
+        raw = self.s._raw
         events = [
-            attrs.evolve(e, draws=tuple(by_seq[e.seq])) if e.seq in by_seq else e
-            for e in self.s.trace
+            attrs.evolve(e, time=r[1], draws=tuple(by_seq.get(e.seq, ())))
+            for e, r in zip(self.s.trace, raw, strict=True)
         ]
         self.recorder.write(turn_jsonl(self.header, events))
 

@@ -421,6 +421,7 @@ class _Run:
         self.assumptions: list[Assumption] = []
         self.stopped: str | None = None
         self.rebuilding: bool | None = None  # a rebuild under way, and how it ends
+        self.due = start  # when the turn goes on next
 
     def follow(self) -> None:
         """Is the turn still on its recorded path?"""
@@ -508,19 +509,22 @@ class _Replay:
         return self.labels[key]
 
     def run(self) -> None:
+        # in time order to the microsecond (a recording's resolution), then in start order:
+        # a turn that starts as another's event happens comes after it
         heap: list[tuple[float, int, int, _Run]] = []
         tick = 0
         order = sorted(range(len(self.runs)), key=lambda i: (self.runs[i].start, i))
         for rank, i in enumerate(order):
-            heapq.heappush(heap, (self.runs[i].start, rank, tick, self.runs[i]))
+            heapq.heappush(heap, (_tick(self.runs[i].start), rank, tick, self.runs[i]))
             tick += 1
         while heap:
-            at, rank, _, r = heapq.heappop(heap)
-            self.clock.t = at
+            _, rank, _, r = heapq.heappop(heap)
+            self.clock.t = r.due
             nxt = self.step(r)
             if nxt is not None:
                 tick += 1
-                heapq.heappush(heap, (nxt, rank, tick, r))
+                r.due = nxt
+                heapq.heappush(heap, (_tick(nxt), rank, tick, r))
 
     def step(self, r: _Run) -> float | None:
         """Carry the turn on until it needs time to pass; when it goes on (None: ended)."""
@@ -656,6 +660,11 @@ class _Replay:
         return self.default
 
 
+def _tick(t: float) -> float:
+    """`t` to the microsecond, for ordering events of different turns."""
+    return round(t, 6)
+
+
 def _list(xs: Iterable[float]) -> str:
     return " ".join(f"{x:.3f}" for x in xs) or "-"
 
@@ -690,7 +699,7 @@ def _path(
         requests[label] = requests.get(label, 0) + 1
     end = events[-1].dest if events and events[-1].dest in TERMINALS else "unfinished"
     waits = tuple(e.wait for e in events if e.action == "Wait" and e.wait is not None)
-    return Path(events[-1].time if events else 0.0, requests, end, waits, events)
+    return Path(round(events[-1].time, 6) if events else 0.0, requests, end, waits, events)
 
 
 def replay(

@@ -42,11 +42,25 @@ turn_script = st.tuples(
 )
 
 
-def record(policy: Policy, turns: list[Any], seed: int) -> str:
+class Oversleeping(VirtualClock):
+    """A virtual clock whose sleeps last `extra` seconds longer (as a busy host's do)."""
+
+    __slots__ = ("extra",)
+
+    def __init__(self, extra: float) -> None:
+        super().__init__()
+        self.extra = extra
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds + self.extra)
+
+
+def record(policy: Policy, turns: list[Any], seed: int, host: float = 0.0) -> str:
     """Run `turns` one after another on one virtual clock and health store, with a seeded
-    random source, recording them; the trace file's text."""
+    random source, recording them; the trace file's text. `host` > 0: every sleep
+    oversleeps and every client rebuild takes that long."""
     lines: list[str] = []
-    clock = VirtualClock()
+    clock = Oversleeping(host) if host else VirtualClock()
     health = HealthStore()
     rnd = random.Random(seed).random
     with record_traces(lines.append):
@@ -65,6 +79,7 @@ def record(policy: Policy, turns: list[Any], seed: int) -> str:
                 return Outcome(kind, status=status, retry_after=ra, detail=kind, partial=partial)
 
             def rebuild(t: Target, fails: bool = rebuild_fails) -> None:
+                clock.advance(host)
                 if fails:
                     raise ConnectionError("the client could not be rebuilt")
 
@@ -87,7 +102,7 @@ def steps(trace: Any) -> list[tuple[Any, ...]]:
             e.model,
             e.credential,
             e.wait,
-            e.time,
+            round(e.time, 6),
         )
         for e in trace
     ]
@@ -121,6 +136,27 @@ def test_replaying_under_the_recording_policy_reproduces_the_recording(
         assert t.replayed.seconds == t.recorded.seconds
         assert t.assumptions == () and t.stopped is None
     assert report.replayed == report.recorded
+
+
+@given(
+    policy=policies() | fleet_policies(),
+    turns=st.lists(turn_script, min_size=1, max_size=4),
+    seed=st.integers(0, 2**32),
+    host=st.sampled_from([0.003, 0.05, 0.25]),
+)
+def test_a_hosts_own_time_replays_as_recorded(
+    policy: Policy, turns: list[Any], seed: int, host: float
+) -> None:
+    """Property: when the recording host overslept its waits and took time to rebuild its
+    clients (as a real host on the system clock does), a replay under the recording
+    policy still takes the recorded path, with the recorded times to the microsecond."""
+    text = record(policy, turns, seed, host)
+    note(text)
+    for rec, t in zip(read_turns(text), replay(text, policy).turns, strict=True):
+        assert [s[:-1] for s in steps(t.replayed.trace)] == [s[:-1] for s in steps(rec.events)]
+        for a, b in zip(t.replayed.trace, rec.events, strict=True):
+            assert abs(a.time - b.time) <= 1e-5
+        assert t.assumptions == ()
 
 
 @given(
