@@ -198,3 +198,14 @@ def test_diagram_picks_one_turn_of_a_recording(capsys: pytest.CaptureFixture[str
     assert code == 2 and f"no turn 'nope' in the trace (its turns: {ids[0]}, {ids[1]})" in err
     code, _, err = run(capsys, "diagram", "--turn", ids[0])
     assert code == 2 and "give --trace too" in err
+
+
+def test_replay_help_says_how_requests_are_answered_and_the_exit_statuses(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "replay", "--help")
+    assert code == 0
+    for word in ("--policy", "--assume", "--seed", "--json", "recorded path", "exit status"):
+        assert word in out
+    code, out, _ = run(capsys, "--help")
+    assert "fallgate replay turns.jsonl --policy new.toml" in out
