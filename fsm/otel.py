@@ -564,6 +564,8 @@ class _Observed:
             return
         attributes: dict[str, Any] = {"fallgate.outcome": kind}
         if outcome is not None:
+            # what a replay needs of the request (fsm.replay): seconds on the turn's clock
+            attributes["fallgate.attempt.latency"] = self.s.clock() - self.s.attempt_started
             if outcome.status is not None:
                 attributes["http.response.status_code"] = outcome.status
             if outcome.retry_after is not None:

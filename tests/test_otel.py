@@ -836,3 +836,20 @@ def test_enable_without_the_api_names_the_extra() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "pip install 'fallgate[otel]'" in proc.stdout
+
+
+def test_an_attempt_span_carries_its_latency_on_the_turn_clock(otel: Telemetry) -> None:
+    clock = VirtualClock()
+
+    def call(target: Target, credential: Any) -> str:
+        clock.advance(0.75 if target.model == "m0" else 0.25)
+        if target.model == "m0":
+            raise TimeoutError("slow")
+        return "ok"
+
+    policy = chain("m0", "m1", max_attempts=1)
+    fallgate.run(policy, call, clock=clock, health=fallgate.HealthStore())
+    at = [dict(s.attributes or {}) for s in otel.finished() if s.name == "fallgate.attempt"]
+    seen = [(x["fallgate.outcome"], x["fallgate.attempt.latency"]) for x in at]
+    assert seen[0] == ("transport", 0.75) and seen[-1] == ("success", 0.25)
+    assert {x for x in seen[:-1]} == {("transport", 0.75)}
