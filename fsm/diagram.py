@@ -593,8 +593,25 @@ def _m(text: str) -> str:
     return text.translate(_MERMAID_ESCAPES)
 
 
-def _edge_label(e: _Edge) -> list[str]:
+def _edge_label(e: _Edge, overlay: bool = False) -> list[str]:
+    if overlay and e.steps:
+        return [ln for group in _step_groups(e.steps) for ln in _group_lines(group)]
     return [ln for st in e.steps for ln in st.lines()] if e.steps else list(e.lines)
+
+
+def _step_groups(steps: Sequence[Step]) -> list[list[Step]]:
+    """An overlay edge's steps that read alike (event, guard, wait), in order of first
+    appearance: each group is one label line, ``③⑤❸ waited``, not three."""
+    groups: dict[tuple[str, str, float | None], list[Step]] = {}
+    for st in steps:
+        groups.setdefault((st.event, st.guard, st.wait), []).append(st)
+    return list(groups.values())
+
+
+def _group_lines(group: Sequence[Step]) -> list[str]:
+    lines = group[0].lines()
+    lines[0] = "".join(st.marker() for st in group) + " " + group[0].event
+    return lines
 
 
 #: Type of the `traces` argument: each path a `TracePath` (labelled) or a plain trace.
@@ -658,7 +675,7 @@ def to_mermaid(
         out.append("    }")
     out.append(f"    [*] --> {ids[IDLE]}")
     for e in g.edges:
-        label = "<br/>".join(_m(x) for x in _edge_label(e))
+        label = "<br/>".join(_m(x) for x in _edge_label(e, g.overlay))
         out.append(f"    {ids[e.source]} --> {ids[e.dest]} : {label}")
     if g.cancel_sources:
         out.append(f"    {ids[IDLE]} --> {ids[ABORTED]} : {_m(CANCELLED)} (from any running state)")
@@ -761,28 +778,34 @@ def _h(text: str) -> str:
 
 
 def _coloured(colour: str, lines: Iterable[str], align: str = "") -> str:
-    """HTML-like label lines in one colour (`align`: ``left`` for a left-justified block)."""
-    br = f'<br align="{align}"/>' if align else "<br/>"
+    """HTML-like label lines in one colour (`align`: ``left`` for a left-justified block,
+    ``none`` for text with no line break)."""
+    br = {"": "<br/>", "none": ""}.get(align, f'<br align="{align}"/>')
     return f'<font color="{colour}">' + "".join(_h(x) + br for x in lines) + "</font>"
 
 
 def _overlay_edge_style(e: _Edge) -> str:
     """An edge of an overlay: in the colour of the path that took it, or, taken by both,
-    both colours side by side with each path's steps in its colour."""
+    both colours side by side, each step's numeral in its path's colour."""
     paths = sorted({st.path for st in e.steps})
     if len(paths) == 1:
         c = _PATH_STYLES[paths[0]].colour
-        return (
-            f'label={_q(chr(10).join(_edge_label(e)))}, color="{c}", fontcolor="{c}", penwidth=3.5'
+        label = _q("\n".join(_edge_label(e, overlay=True)))
+        return f'label={label}, color="{c}", fontcolor="{c}", penwidth=3.5'
+    html = []
+    for group in _step_groups(e.steps):
+        mine = {st.path for st in group}
+        ink = _PATH_STYLES[group[0].path].colour if len(mine) == 1 else _INK
+        marks = "".join(
+            f'<font color="{_PATH_STYLES[st.path].colour}">{_h(st.marker())}</font>' for st in group
         )
-    html = "".join(
-        _coloured(
-            _PATH_STYLES[p].colour, [ln for st in e.steps if st.path == p for ln in st.lines()]
-        )
-        for p in paths
-    )
+        first, *rest = _group_lines(group)
+        event = first.split(" ", 1)[1]
+        html.append(f'{marks}<font color="{ink}"> {_h(event)}</font><br/>')
+        if rest:
+            html.append(_coloured(ink, rest))
     colours = ":".join(_PATH_STYLES[p].colour for p in paths)
-    return f'label=<{html}>, color="{colours}", penwidth=2.5'
+    return f'label=<{"".join(html)}>, color="{colours}", fontcolor="{_INK}", penwidth=2.5'
 
 
 def to_dot(
@@ -821,8 +844,8 @@ def to_dot(
             a.append(
                 f'fillcolor="{first.fill}", color="{last.colour}", penwidth=3, fontcolor="{ink}"'
             )
-            marks = "".join(
-                _coloured(_PATH_STYLES[p].colour, ["".join(_marker(x, p) for x in nums)])
+            marks = " ".join(
+                _coloured(_PATH_STYLES[p].colour, ["".join(_marker(x, p) for x in nums)], "none")
                 for p, nums in by.items()
                 if nums
             )

@@ -84,7 +84,6 @@ def graphviz_hint(fmt: str) -> str:
     )
 
 
-
 class CliError(Exception):
     """A user-facing failure: printed as one message, exit status `code`."""
 
@@ -138,6 +137,7 @@ MAX_TRACE_BYTES = 16 << 20
 
 
 def load_trace(path: str) -> list[TraceEvent]:
+    """A turn's trace file's transitions (one message naming the file and line if bad)."""
     if not Path(path).exists():
         raise CliError(f"trace file not found: {path}", USAGE)
     try:
@@ -155,6 +155,55 @@ def load_trace(path: str) -> list[TraceEvent]:
             f"{path}: the trace is empty (expected JSON lines, one per transition)", USAGE
         )
     return events
+
+
+def transition_lines(path: str) -> list[int]:
+    """The file line of each transition of a trace `load_trace` read, in order (turn
+    lines skipped), so a step the diagram refuses can be named by its line."""
+    lines = []
+    text = read_text(path, MAX_TRACE_BYTES)
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            obj = json.loads(line)
+            if isinstance(obj, dict) and "v" not in obj:
+                lines.append(n)
+    return lines
+
+
+#: A --trace value: ``FILE`` (the legend names it by its file name) or ``LABEL=FILE``.
+def trace_paths(values: Sequence[str]) -> list[tuple[str, str]]:
+    """(label, file) per --trace: the label is the file's name, or the full path given
+    when two names collide, or the LABEL of ``LABEL=FILE`` (when no file is named
+    like the whole value)."""
+    pairs = []
+    for value in values:
+        label, sep, file = value.partition("=")
+        if sep and label and file and "/" not in label and not Path(value).exists():
+            pairs.append((label, file))
+        else:
+            pairs.append(("", value))
+    names = [Path(f).name for _, f in pairs]
+    out: list[tuple[str, str]] = []
+    for (label, file), name in zip(pairs, names, strict=True):
+        label = label or (name if names.count(name) == 1 else file)
+        unique, k = label, 2
+        while unique in (x for x, _ in out):  # the same file twice: "t.jsonl (2)"
+            unique, k = f"{label} ({k})", k + 1
+        out.append((unique, file))
+    return out
+
+
+def diagram_error(e: diagram.DiagramError, file: str) -> str:
+    """A step the diagram refuses, named by its file, line and sequence number."""
+    if e.step is None:
+        return f"{file}: {e.reason}"
+    try:
+        lines = transition_lines(file)
+    except (OSError, ValueError, UnreadableFile, RecursionError):
+        lines = []
+    where = f"{file}:{lines[e.step - 1]}" if e.step <= len(lines) else file
+    seq = f" (seq {e.seq})" if e.seq is not None else ""
+    return f"{where}: trace step {e.step}{seq}: {e.reason}"
 
 
 # -- subcommands --------------------------------------------------------------------------------
@@ -196,19 +245,28 @@ def cmd_diagram(args: argparse.Namespace) -> int:
         )
     if args.overview and args.trace:
         raise CliError("--trace highlights a path on the whole machine: drop --overview", USAGE)
+    if args.trace and len(args.trace) > diagram.MAX_PATHS:
+        raise CliError(
+            f"--trace given {len(args.trace)} times: a diagram overlays at most "
+            f"{diagram.MAX_PATHS} paths (each needs a colour and numerals of its own to stay "
+            "readable); draw the others in a second diagram",
+            USAGE,
+        )
     policy = load_policy(args.policy)
-    trace = load_trace(args.trace) if args.trace else None
+    given = trace_paths(args.trace or ())
+    files = {label: file for label, file in given}
+    traces = [diagram.TracePath(label, load_trace(file)) for label, file in given]
     decl = declare(policy)
     try:
         if args.overview:
             text = overview.to_mermaid_overview(decl)
             out: str | bytes = text if fmt == "mermaid" else f"```mermaid\n{text}```\n"
         elif fmt == "mermaid":
-            out = diagram.to_mermaid(decl, trace)
+            out = diagram.to_mermaid(decl, traces=traces or None)
         elif fmt == "markdown":
-            out = diagram.to_markdown(decl, trace)
+            out = diagram.to_markdown(decl, traces=traces or None)
         else:
-            source = diagram.to_dot(decl, trace)
+            source = diagram.to_dot(decl, traces=traces or None)
             if fmt == "dot":
                 out = source
             else:
@@ -221,7 +279,8 @@ def cmd_diagram(args: argparse.Namespace) -> int:
                 except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                     raise CliError(f"Graphviz could not draw the diagram: {e}") from None
     except diagram.DiagramError as e:
-        raise CliError(f"{args.trace}: {e}", USAGE) from None
+        file = files.get(e.path or "", given[0][1] if given else "")
+        raise CliError(diagram_error(e, file), USAGE) from None
     _emit(out, args.output)
     return OK
 
@@ -359,13 +418,10 @@ def cmd_health(args: argparse.Namespace) -> int:
                 known = ", ".join(t["target"] for t in data["targets"]) or "none"
                 why = "names more than one backend" if chosen else "is not in the store"
                 raise CliError(
-                    f"--reset {args.reset!r} {why} (targets: {known}; give MODEL@BASE_URL, "
-                    "or all)",
+                    f"--reset {args.reset!r} {why} (targets: {known}; give MODEL@BASE_URL, or all)",
                     USAGE,
                 )
-            deleted = sum(
-                health_report.reset(backend, t["base_url"], t["model"]) for t in chosen
-            )
+            deleted = sum(health_report.reset(backend, t["base_url"], t["model"]) for t in chosen)
             names = ", ".join(t["target"] for t in chosen)
             if args.json:
                 print(json.dumps({"store": backend.url, "reset": names, "deleted": deleted}))
@@ -406,6 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  fallgate demo                          # scripted faults, real HTTP, ~2 s\n"
             "  fallgate diagram policy.toml -o machine.svg\n"
             "  fallgate diagram --trace turn.jsonl    # highlight the path of a turn\n"
+            "  fallgate diagram p.toml --trace recorded=a.jsonl --trace replayed=b.jsonl\n"
             "  fallgate check policy.toml\n"
             "  fallgate providers                     # known providers, which keys are set\n"
             "  fallgate serve --script faults.toml --port 8080\n"
@@ -462,7 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
             "policy): one box per target of the chain with its phase states, guards on\n"
             "the edges. --overview draws the compact form instead (the primary's phases,\n"
             "each fallback as one box). With --trace, the path a turn took is\n"
-            "highlighted, its steps numbered. Mermaid and DOT need nothing installed;\n"
+            "highlighted, its steps numbered; with --trace twice, two paths of a turn\n"
+            "(e.g. recorded and replayed) are overlaid in two colours, what both took\n"
+            "in both. Mermaid and DOT need nothing installed;\n"
             "SVG and PNG need Graphviz's `dot`.\n\n"
             "With -o FILE the suffix decides the format: .mmd/.mermaid (Mermaid), .md\n"
             "(Mermaid in Markdown), .dot/.gv (DOT), .svg (SVG), .png (PNG); any other\n"
@@ -486,9 +545,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--trace",
-        metavar="TRACE.jsonl",
+        action="append",
+        metavar="[LABEL=]TRACE.jsonl",
         help="a turn's trace as JSON lines (fallgate.fsm.trace.to_jsonl(result.trace)) "
-        "to highlight",
+        "to highlight; give it twice to overlay two paths of a turn (recorded and "
+        "replayed), each in its colour, the legend naming each by LABEL or file name",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p.set_defaults(run=cmd_diagram)
