@@ -185,7 +185,8 @@ def trace_paths(values: Sequence[str]) -> list[tuple[str, str]]:
     names = [Path(f).name for _, f in pairs]
     out: list[tuple[str, str]] = []
     for (label, file), name in zip(pairs, names, strict=True):
-        label = label or (name if names.count(name) == 1 else file)
+        same_name = {f for (_, f), n in zip(pairs, names, strict=True) if n == name}
+        label = label or (name if len(same_name) == 1 else file)
         unique, k = label, 2
         while unique in (x for x, _ in out):  # the same file twice: "t.jsonl (2)"
             unique, k = f"{label} ({k})", k + 1
