@@ -215,7 +215,7 @@ def test_a_path_that_does_not_fit_is_named_by_its_label_step_and_seq():
         diagram.to_markdown(decl, traces=[one, diagram.TracePath("empty", ())])
     with pytest.raises(TypeError, match="not both"):
         diagram.to_mermaid(decl, one, traces=[two])
-    with pytest.raises(ValueError, match="TracePath.label must be a non-empty string"):
+    with pytest.raises(ValueError, match=r"TracePath\.label must be a non-empty string"):
         diagram.TracePath(" ", one)
 
 
@@ -348,7 +348,7 @@ def test_one_trace_on_the_command_line_draws_what_it_always_drew(capsys):
 
 
 def test_too_many_traces_are_refused_with_the_reason(capsys, trace_files):
-    policy, a, b = trace_files
+    policy, a, _ = trace_files
     code, out, err = run(capsys, "diagram", str(policy), *(["--trace", str(a)] * 3))
     assert (code, out) == (2, "")
     assert "--trace given 3 times: a diagram overlays at most 2 paths" in err
