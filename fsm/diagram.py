@@ -410,8 +410,6 @@ def _paths(
             f"{len(given)} paths given: one diagram overlays at most {MAX_PATHS} "
             "(each needs its own colour and numerals to stay readable)"
         )
-    if len(given) == 1:  # one path is drawn exactly as a lone trace
-        return [_drawn_path(decl, given[0].events, None, 0)]
     labels: list[str] = []
     for tp in given:
         label, k = tp.label, 2
