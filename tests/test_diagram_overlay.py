@@ -335,6 +335,11 @@ def test_the_committed_overlay_is_what_the_documented_command_draws(capsys, monk
     code, out, err = run(capsys, *argv)
     assert (code, err) == (0, "")
     assert out == (gallery.DIAGRAMS / "overlay.dot").read_text()
+    # the README and docs/cli.md show the same command (drawing SVG)
+    traces = " ".join(argv[argv.index("--trace") :])
+    for page in ("README.md", "docs/cli.md"):
+        text = re.sub(r"\s*\\\n\s*", " ", (gallery.DIAGRAMS.parent / page).read_text())
+        assert f"fallgate diagram diagrams/scenario-1.toml {traces} -o overlay.svg" in text, page
 
 
 def test_one_trace_on_the_command_line_draws_what_it_always_drew(capsys):
