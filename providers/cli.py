@@ -157,16 +157,23 @@ def load_trace(path: str) -> list[TraceEvent]:
     return events
 
 
-def transition_lines(path: str) -> list[int]:
-    """The file line of each transition of a trace `load_trace` read, in order (turn
-    lines skipped), so a step the diagram refuses can be named by its line."""
-    lines = []
-    text = read_text(path, MAX_TRACE_BYTES)
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            obj = json.loads(line)
-            if isinstance(obj, dict) and "v" not in obj:
-                lines.append(n)
+def transition_lines(path: str, turn: str | None = None) -> list[int]:
+    """The file line of each transition of the turn `load_trace` read (turn `turn`,
+    else the file's first), in order, so a step the diagram refuses can be named by
+    its line. Turn lines (``"v"``) are skipped; a file of many turns may interleave them."""
+    lines: list[int] = []
+    chosen = turn
+    for n, line in enumerate(read_text(path, MAX_TRACE_BYTES).splitlines(), 1):
+        if not line.strip():
+            continue
+        obj = json.loads(line)
+        if not isinstance(obj, dict):
+            continue
+        key = obj.get("turn") or "-"
+        if chosen is None:
+            chosen = key
+        if "v" not in obj and key == chosen:
+            lines.append(n)
     return lines
 
 
