@@ -406,3 +406,27 @@ def test_labels_name_the_paths_and_the_same_file_twice_stays_two_paths(capsys, t
         capsys, "diagram", str(policy), "--trace", f"before={a}", "--trace", f"after={a}"
     )
     assert code == 0 and "① before vs ❶ after" in out
+
+
+def test_drawn_on_the_at_once_policy_the_recording_is_refused_where_it_recovers(
+    capsys, tmp_path, monkeypatch
+):
+    """docs/cli.md: draw with the policy whose machine has both paths' states; the
+    at-once policy has no transport recovery, which the recorded path went through."""
+    policy = tmp_path / "at-once.toml"
+    policy.write_text(
+        gallery.SCENARIO_1_TOML.replace(
+            "max_attempts = 2", "max_attempts = 1\nrecover_transport = false"
+        )
+    )
+    monkeypatch.chdir(gallery.DIAGRAMS.parent)
+    recorded, at_once = "diagrams/scenario-1.trace.jsonl", "diagrams/scenario-1-at-once.trace.jsonl"
+    code, out, err = run(capsys, "diagram", str(policy), "--trace", recorded, "--trace", at_once)
+    assert (code, out) == (2, "")
+    step = next(
+        i for i, e in enumerate(gallery.scenario_1_trace(), 1) if e.dest == "primary_recovering"
+    )
+    assert err.startswith(f"fallgate: {recorded}:{step}: trace step {step} (seq {step}): ")
+    assert "state 'primary_recovering' (to) is not in this policy's machine" in err
+    code, out, _ = run(capsys, "diagram", str(policy), "--trace", at_once)
+    assert code == 0 and "❶" not in out  # the at-once path alone fits its own policy
