@@ -430,3 +430,18 @@ def test_drawn_on_the_at_once_policy_the_recording_is_refused_where_it_recovers(
     assert "state 'primary_recovering' (to) is not in this policy's machine" in err
     code, out, _ = run(capsys, "diagram", str(policy), "--trace", at_once)
     assert code == 0 and "❶" not in out  # the at-once path alone fits its own policy
+
+
+def test_an_overlay_in_mermaid_needs_no_graphviz(capsys, trace_files, monkeypatch):
+    policy, a, b = trace_files
+    monkeypatch.setenv("PATH", "")  # no `dot` to be found
+    for fmt in ("mermaid", "markdown"):
+        code, out, err = run(
+            capsys, "diagram", str(policy), "--trace", str(a), "--trace", str(b), "-f", fmt
+        )
+        assert (code, err) == (0, ""), fmt
+        assert "class s_fallback_2,s_done_2 path2" in out
+    code, out, err = run(
+        capsys, "diagram", str(policy), "--trace", str(a), "--trace", str(b), "-f", "svg"
+    )
+    assert (code, out) == (3, "") and "needs Graphviz's `dot`" in err
