@@ -806,6 +806,21 @@ def _overlay_edge_style(e: _Edge) -> str:
     return f'label=<{"".join(html)}>, color="{colours}", fontcolor="{_INK}", penwidth=2.5'
 
 
+def _overlay_node_attrs(by: dict[int, tuple[int, ...]]) -> str:
+    """A state of an overlay, given the step numbers each path arrived with: in that
+    path's colour, or, visited by both, the first path's fill and the second's border;
+    its xlabel lists each path's arrivals in that path's numerals and colour."""
+    first, last = _PATH_STYLES[min(by)], _PATH_STYLES[max(by)]
+    ink = first.colour if len(by) == 1 else _INK
+    attrs_ = f'fillcolor="{first.fill}", color="{last.colour}", penwidth=3, fontcolor="{ink}"'
+    marks = " ".join(
+        _coloured(_PATH_STYLES[p].colour, ["".join(_marker(x, p) for x in nums)], "none")
+        for p, nums in by.items()
+        if nums
+    )
+    return attrs_ + (f", xlabel=<{marks}>" if marks else "")
+
+
 def to_dot(
     decl: Declaration,
     trace: Iterable[TraceEvent] | None = None,
@@ -836,19 +851,7 @@ def to_dot(
         if n.state == IDLE:
             a.append("shape=ellipse")
         if key in g.visited and g.overlay:
-            by = g.visited[key]
-            first, last = _PATH_STYLES[min(by)], _PATH_STYLES[max(by)]
-            ink = first.colour if len(by) == 1 else _INK
-            a.append(
-                f'fillcolor="{first.fill}", color="{last.colour}", penwidth=3, fontcolor="{ink}"'
-            )
-            marks = " ".join(
-                _coloured(_PATH_STYLES[p].colour, ["".join(_marker(x, p) for x in nums)], "none")
-                for p, nums in by.items()
-                if nums
-            )
-            if marks:
-                a.append(f"xlabel=<{marks}>")
+            a.append(_overlay_node_attrs(g.visited[key]))
         elif key in g.visited:
             a.append(
                 f'fillcolor="{_TAKEN_FILL}", color="{_TAKEN}", penwidth=3, fontcolor="{_TAKEN}"'
