@@ -56,9 +56,9 @@ def visited(decl: Declaration, trace: tuple[TraceEvent, ...]) -> set[str]:
 def dot_edges(dot: str) -> dict[tuple[str, str], str]:
     """(source, dest) -> the edge's attributes, for every drawn (visible) edge."""
     out = {}
-    for a, b, attrs in re.findall(r"^\s+(s_\w+) -> (s_\w+) \[(.*)\];$", dot, re.M):
-        if "style=invis" not in attrs:
-            out[(a, b)] = attrs
+    for a, b, attributes in re.findall(r"^\s+(s_\w+) -> (s_\w+) \[(.*)\];$", dot, re.M):
+        if "style=invis" not in attributes:
+            out[(a, b)] = attributes
     return out
 
 
