@@ -11,7 +11,11 @@ user's actual chain and guards:
   last-resort candidate of a group that has guarded alternatives;
 * the `cancelled -> aborted` edge that every running state has is drawn once;
 * with a trace, the states visited and the edges taken are highlighted, and
-  each taken edge is labelled with its step numbers, in order.
+  each taken edge is labelled with its step numbers, in order;
+* with two traces (``traces=[...]``, e.g. a turn as recorded and as replayed under
+  another policy) both paths are overlaid, each in its colour with its own
+  numerals (① …, ❶ …), and what both took is drawn in both colours; a legend
+  names each path and says where it ended.
 
 `to_mermaid_overview` is the compact picture for a README: the primary's phases
 in full, every other target as one box in chain order (see its docstring).
@@ -47,8 +51,10 @@ from .trace import TraceEvent
 from .traits import FAULT_KINDS, TRAITS, Phase
 
 __all__ = [
+    "MAX_PATHS",
     "DiagramError",
     "Step",
+    "TracePath",
     "path_steps",
     "to_dot",
     "to_markdown",
@@ -59,6 +65,8 @@ __all__ = [
 FALLBACK_ALIAS: Final = "fault*"
 
 _CIRCLED: Final = "".join(chr(c) for c in range(0x2460, 0x2474))  # (1) .. (20)
+#: A second path's numerals: negative circled 1 .. 20.
+_NEGATIVE_CIRCLED: Final = "".join(chr(c) for c in (*range(0x2776, 0x2780), *range(0x24EB, 0x24F5)))
 
 # Colours (shared by both renderers so the two pictures read the same way).
 _TAKEN: Final = "#e8590c"
@@ -68,10 +76,74 @@ _FAIL: Final = "#c92a2a"
 _FINISH: Final = "#2f9e44"
 _PLAIN: Final = "#868e96"
 _TERMINAL_FILL: Final = {DONE: "#d3f9d8", FAILED: "#ffe3e3", ABORTED: "#e9ecef"}
+_INK: Final = "#212529"
+
+
+@attrs.frozen(slots=True)
+class _PathStyle:
+    """How one overlaid path is drawn: its colour, its states' fill, its numerals."""
+
+    name: str
+    colour: str
+    fill: str
+    digits: str
+    brackets: str  # around a step number past the numerals: "()", "[]"
+
+
+#: One style per path of an overlay, in order; the first is the single-path highlight.
+_PATH_STYLES: Final = (
+    _PathStyle("orange", _TAKEN, _TAKEN_FILL, _CIRCLED, "()"),
+    _PathStyle("violet", "#7048e8", "#e5dbff", _NEGATIVE_CIRCLED, "[]"),
+)
+
+#: The most paths one picture overlays. Each needs a colour apart from the others and
+#: from the machine's own (grey, blue, red, green), and numerals that tell its steps
+#: apart without colour, because Mermaid's state diagrams cannot colour an edge: ① and ❶
+#: are the two numbered series the diagram font (DejaVu Sans) draws. A third path would
+#: also stack a third set of labels on every shared edge, past reading.
+MAX_PATHS: Final = len(_PATH_STYLES)
 
 
 class DiagramError(ValueError):
-    """A trace does not fit the machine being drawn (names the step and the state)."""
+    """A trace does not fit the machine being drawn (names the path, the step and the state).
+
+    `reason` is the bare problem; `step` the 1-based position of the event in its
+    trace, `seq` the event's own sequence number and `path` the path's label (None
+    for a single trace), so a caller that knows the file can name its line.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        step: int | None = None,
+        seq: int | None = None,
+        path: str | None = None,
+    ) -> None:
+        text = reason if step is None else f"trace step {step}: {reason}"
+        super().__init__(f"{path}: {text}" if path else text)
+        self.reason = reason
+        self.step = step
+        self.seq = seq
+        self.path = path
+
+
+def _label(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"TracePath.label must be a non-empty string, not {value!r}")
+    return value
+
+
+def _events(value: Iterable[TraceEvent]) -> tuple[TraceEvent, ...]:
+    return tuple(value)
+
+
+@attrs.frozen(slots=True)
+class TracePath:
+    """A turn's path and the name the legend gives it (its file, "recorded", "replayed")."""
+
+    label: str = attrs.field(converter=_label)
+    events: tuple[TraceEvent, ...] = attrs.field(converter=_events)
 
 
 @attrs.frozen(slots=True)
@@ -84,9 +156,10 @@ class Step:
     dest: str
     guard: str  # the guard text of the declared transition taken ("" if unguarded)
     wait: float | None
+    path: int = 0  # which path of an overlay (0: the first, or the only one)
 
     def marker(self) -> str:
-        return _CIRCLED[self.n - 1] if 1 <= self.n <= len(_CIRCLED) else f"({self.n})"
+        return _marker(self.n, self.path)
 
     def lines(self) -> list[str]:
         out = [f"{self.marker()} {self.event}"]
@@ -95,6 +168,14 @@ class Step:
         if self.wait is not None:
             out.append(f"wait {_seconds(self.wait)}")
         return out
+
+
+def _marker(n: int, path: int = 0) -> str:
+    """Step `n` of path `path` in that path's numerals: ①, ❶; past them (21), [21]."""
+    style = _PATH_STYLES[path]
+    if 1 <= n <= len(style.digits):
+        return style.digits[n - 1]
+    return f"{style.brackets[0]}{n}{style.brackets[1]}"
 
 
 @attrs.frozen(slots=True)
@@ -132,9 +213,14 @@ class _Graph:
     ids: dict[str, str]  # key -> safe id
     groups: tuple[_Group, ...]
     edges: tuple[_Edge, ...]
-    visited: dict[str, tuple[int, ...]]  # node key -> step numbers that arrive (0 = start)
+    visited: dict[str, dict[int, tuple[int, ...]]]  # node key -> path -> step numbers arriving
     legend: tuple[str, ...]
     cancel_sources: int
+    paths: tuple[_Path, ...]
+
+    @property
+    def overlay(self) -> bool:
+        return len(self.paths) > 1
 
 
 # -- building the graph -------------------------------------------------------------------------
@@ -210,8 +296,11 @@ def _kind(source: str, dest: str, decl: Declaration) -> str:
     return "plain"
 
 
-def path_steps(decl: Declaration, trace: Iterable[TraceEvent]) -> list[Step]:
-    """The trace as drawable steps; raises `DiagramError` if it does not fit `decl`."""
+def path_steps(decl: Declaration, trace: Iterable[TraceEvent], *, path: int = 0) -> list[Step]:
+    """The trace as drawable steps; raises `DiagramError` if it does not fit `decl`.
+
+    `path` is the trace's place in an overlay (it picks the steps' numerals).
+    """
     names = {s.name for s in decl.states}
     groups = decl.groups()
     steps = []
@@ -219,27 +308,120 @@ def path_steps(decl: Declaration, trace: Iterable[TraceEvent]) -> list[Step]:
         for role, name in (("from", ev.source), ("to", ev.dest)):
             if name not in names:
                 raise DiagramError(
-                    f"trace step {n}: state {name!r} ({role}) is not in this policy's machine "
-                    "(was the trace recorded with another policy?)"
+                    f"state {name!r} ({role}) is not in this policy's machine "
+                    "(was the trace recorded with another policy?)",
+                    step=n,
+                    seq=ev.seq,
                 )
         if ev.target is not None and ev.model is not None:
             mine = next((t.model for t in decl.policy.targets if t.name == ev.target), None)
             if mine != ev.model:
                 here = f"{mine!r} in this policy" if mine else "absent from this policy"
                 raise DiagramError(
-                    f"trace step {n}: target {ev.target} is model {ev.model!r} in the trace "
-                    f"but {here} (draw it with the policy the trace was recorded with)"
+                    f"target {ev.target} is model {ev.model!r} in the trace "
+                    f"but {here} (draw it with the policy the trace was recorded with)",
+                    step=n,
+                    seq=ev.seq,
                 )
         declared = [t for t in groups.get((ev.source, ev.event), ()) if t.dest == ev.dest]
         if not declared:
             raise DiagramError(
-                f"trace step {n}: {ev.source} --{ev.event}--> {ev.dest} is not declared "
-                "by this policy's machine"
+                f"{ev.source} --{ev.event}--> {ev.dest} is not declared by this policy's machine",
+                step=n,
+                seq=ev.seq,
             )
         steps.append(
-            Step(n, ev.source, ev.event, ev.dest, _guard_text(declared[0], decl.policy), ev.wait)
+            Step(
+                n,
+                ev.source,
+                ev.event,
+                ev.dest,
+                _guard_text(declared[0], decl.policy),
+                ev.wait,
+                path,
+            )
         )
     return steps
+
+
+@attrs.frozen(slots=True)
+class _Path:
+    """One drawn path: its legend label (None for a lone trace), its steps, how it went."""
+
+    label: str | None
+    steps: tuple[Step, ...]
+    seconds: float  # the turn's clock at its last transition
+    requests: int  # attempts that went out
+    waited: float  # seconds the machine chose to wait
+
+    @property
+    def style(self) -> _PathStyle:
+        return _PATH_STYLES[self.steps[0].path if self.steps else 0]
+
+    def numerals(self) -> str:
+        return f"{self.style.digits[0]} {self.style.digits[1]} …"
+
+    def summary(self) -> str:
+        """'7 steps to done at 0.76s, 4 requests, waited 0.25s'."""
+        n = len(self.steps)
+        text = f"{n} step{'' if n == 1 else 's'} to {self.steps[-1].dest} at "
+        text += (
+            f"{_seconds(self.seconds)}, {self.requests} request{'' if self.requests == 1 else 's'}"
+        )
+        return text + (f", waited {_seconds(self.waited)}" if self.waited else "")
+
+
+def _drawn_path(
+    decl: Declaration, events: Sequence[TraceEvent], label: str | None, path: int
+) -> _Path:
+    try:
+        steps = path_steps(decl, events, path=path)
+    except DiagramError as e:
+        if label is None:
+            raise
+        raise DiagramError(e.reason, step=e.step, seq=e.seq, path=label) from None
+    return _Path(
+        label,
+        tuple(steps),
+        events[-1].time if events else 0.0,
+        sum(1 for ev in events if ev.action == "Attempt"),
+        sum(ev.wait or 0.0 for ev in events),
+    )
+
+
+def _paths(
+    decl: Declaration,
+    trace: Iterable[TraceEvent] | None,
+    traces: Sequence[TracePath | Iterable[TraceEvent]] | None,
+) -> list[_Path]:
+    """The paths to draw: none, a lone trace, or an overlay of up to `MAX_PATHS`."""
+    if trace is not None and traces is not None:
+        raise TypeError("give trace (one path) or traces (an overlay), not both")
+    if traces is None:
+        return [] if trace is None else [_drawn_path(decl, list(trace), None, 0)]
+    given = [
+        t if isinstance(t, TracePath) else TracePath(f"path {i}", t)
+        for i, t in enumerate(traces, 1)
+    ]
+    if not given:
+        raise DiagramError("traces is empty: give at least one path (or leave traces out)")
+    if len(given) > MAX_PATHS:
+        raise DiagramError(
+            f"{len(given)} paths given: one diagram overlays at most {MAX_PATHS} "
+            "(each needs its own colour and numerals to stay readable)"
+        )
+    labels: list[str] = []
+    for tp in given:
+        label, k = tp.label, 2
+        while label in labels:
+            label, k = f"{tp.label} ({k})", k + 1
+        labels.append(label)
+    out = []
+    for i, (tp, label) in enumerate(zip(given, labels, strict=True)):
+        if not tp.events:
+            raise DiagramError("the path is empty (no transitions)", path=label)
+        out.append(_drawn_path(decl, tp.events, label, i))
+    return out
 
 
 def _safe_id(name: str, taken: set[str]) -> str:
@@ -262,9 +444,9 @@ def observe_notes(decl: Declaration) -> list[str]:
     return [f"on {', '.join(kinds)}, first: {text}" for text, kinds in by_text.items()]
 
 
-def _graph(decl: Declaration, trace: Iterable[TraceEvent] | None, title: str | None) -> _Graph:
+def _graph(decl: Declaration, paths: Sequence[_Path], title: str | None) -> _Graph:
     policy = decl.policy
-    steps = path_steps(decl, trace) if trace is not None else []
+    steps = [st for p in paths for st in p.steps]
 
     nodes: dict[str, _Node] = {}
     for s in decl.states:
@@ -287,12 +469,13 @@ def _graph(decl: Declaration, trace: Iterable[TraceEvent] | None, title: str | N
         counts[(t.source, t.trigger)] = counts.get((t.source, t.trigger), 0) + 1
 
     by_pair: dict[tuple[str, str], list[Step]] = {}
-    visited: dict[str, list[int]] = {}
+    visited: dict[str, dict[int, list[int]]] = {}
+    for p in paths:
+        if p.steps:
+            visited.setdefault(p.steps[0].source, {}).setdefault(p.steps[0].path, [])
     for st in steps:
         by_pair.setdefault((st.source, st.dest), []).append(st)
-        visited.setdefault(key_of(st.source, st.dest), []).append(st.n)
-    if steps:
-        visited.setdefault(steps[0].source, [])
+        visited.setdefault(key_of(st.source, st.dest), {}).setdefault(st.path, []).append(st.n)
 
     pairs: dict[tuple[str, str], list[Transition]] = {}
     cancel_sources = 0
@@ -342,6 +525,9 @@ def _graph(decl: Declaration, trace: Iterable[TraceEvent] | None, title: str | N
 
     alias = _fallback_kinds(policy)
     legend = []
+    if len(paths) > 1:
+        for p in paths:
+            legend.append(f"{p.numerals()} ({p.style.name}): {p.label}, {p.summary()}")
     if len(alias) > 2:
         kinds = ", ".join(k.value for k in FAULT_KINDS if k.value in alias)
         legend.append(
@@ -359,7 +545,10 @@ def _graph(decl: Declaration, trace: Iterable[TraceEvent] | None, title: str | N
     chain = " → ".join(t.model for t in policy.targets)
     if title is None:
         title = f"fallgate turn machine: {chain}"
-        if steps:
+        if len(paths) > 1:
+            vs = " vs ".join(f"{p.style.digits[0]} {p.label}" for p in paths)
+            title = f"paths of a turn, {vs}: {chain}"
+        elif steps:
             n = len(steps)
             title = f"path of a turn, {n} step{'' if n == 1 else 's'} to {steps[-1].dest}: {chain}"
     return _Graph(
@@ -368,9 +557,13 @@ def _graph(decl: Declaration, trace: Iterable[TraceEvent] | None, title: str | N
         ids=ids,
         groups=tuple(groups),
         edges=tuple(edges),
-        visited={k: tuple(sorted(set(v))) for k, v in visited.items()},
+        visited={
+            k: {p: tuple(sorted(set(v))) for p, v in sorted(by.items())}
+            for k, by in visited.items()
+        },
         legend=tuple(legend),
         cancel_sources=cancel_sources,
+        paths=tuple(paths),
     )
 
 
@@ -398,15 +591,76 @@ def _m(text: str) -> str:
     return text.translate(_MERMAID_ESCAPES)
 
 
-def _edge_label(e: _Edge) -> list[str]:
+def _edge_label(e: _Edge, overlay: bool = False) -> list[str]:
+    if overlay and e.steps:
+        return [ln for group in _step_groups(e.steps) for ln in _group_lines(group)]
     return [ln for st in e.steps for ln in st.lines()] if e.steps else list(e.lines)
 
 
+def _step_groups(steps: Sequence[Step]) -> list[list[Step]]:
+    """An overlay edge's steps that read alike (event, guard, wait), in order of first
+    appearance: each group is one label line, ``③⑤❸ waited``, not three."""
+    groups: dict[tuple[str, str, float | None], list[Step]] = {}
+    for st in steps:
+        groups.setdefault((st.event, st.guard, st.wait), []).append(st)
+    return list(groups.values())
+
+
+def _group_lines(group: Sequence[Step]) -> list[str]:
+    lines = group[0].lines()
+    lines[0] = "".join(st.marker() for st in group) + " " + group[0].event
+    return lines
+
+
+#: Type of the `traces` argument: each path a `TracePath` (labelled) or a plain trace.
+Traces = Sequence[TracePath | Iterable[TraceEvent]]
+
+
+def _mermaid_classes(g: _Graph) -> list[str]:
+    """The visited states' classes: ``taken`` for a lone path; in an overlay ``path1``,
+    ``path2`` for a state one path visited and ``both`` (the first path's fill, the
+    second's border) for one both visited."""
+    ids = g.ids
+    if not g.overlay:
+        return [
+            f"    classDef taken fill:{_TAKEN_FILL},stroke:{_TAKEN},stroke-width:3px,"
+            "font-weight:bold",
+            f"    class {','.join(ids[k] for k in g.nodes if k in g.visited)} taken",
+        ]
+    members: dict[str, list[str]] = {}
+    for k in g.nodes:
+        if k in g.visited:
+            by = g.visited[k]
+            name = "both" if len(by) > 1 else f"path{next(iter(by)) + 1}"
+            members.setdefault(name, []).append(ids[k])
+    first, second = _PATH_STYLES[0], _PATH_STYLES[1]
+    styles = {f"path{i}": (st.fill, st.colour) for i, st in enumerate(_PATH_STYLES, 1)}
+    styles["both"] = (first.fill, second.colour)
+    out = []
+    for name, (fill, stroke) in styles.items():
+        if name in members:
+            out.append(
+                f"    classDef {name} fill:{fill},stroke:{stroke},stroke-width:3px,font-weight:bold"
+            )
+            out.append(f"    class {','.join(members[name])} {name}")
+    return out
+
+
 def to_mermaid(
-    decl: Declaration, trace: Iterable[TraceEvent] | None = None, *, title: str | None = None
+    decl: Declaration,
+    trace: Iterable[TraceEvent] | None = None,
+    *,
+    traces: Traces | None = None,
+    title: str | None = None,
 ) -> str:
-    """The machine as a Mermaid ``stateDiagram-v2`` (path highlighted when `trace` is given)."""
-    g = _graph(decl, trace, title)
+    """The machine as a Mermaid ``stateDiagram-v2``.
+
+    With `trace` the path is highlighted; with `traces` (up to `MAX_PATHS`) the paths
+    are overlaid: a state's colour says which path visited it (``both``: the first
+    path's fill, the second's border) and each edge lists every path's steps in that
+    path's numerals (Mermaid cannot colour a state diagram's edges).
+    """
+    g = _graph(decl, _paths(decl, trace, traces), title)
     ids = g.ids
     out = ["stateDiagram-v2", f"    %% {_m(g.title)}", "    direction LR"]
     for key, node in g.nodes.items():
@@ -419,12 +673,19 @@ def to_mermaid(
         out.append("    }")
     out.append(f"    [*] --> {ids[IDLE]}")
     for e in g.edges:
-        label = "<br/>".join(_m(x) for x in _edge_label(e))
+        label = "<br/>".join(_m(x) for x in _edge_label(e, g.overlay))
         out.append(f"    {ids[e.source]} --> {ids[e.dest]} : {label}")
     if g.cancel_sources:
         out.append(f"    {ids[IDLE]} --> {ids[ABORTED]} : {_m(CANCELLED)} (from any running state)")
+    legend = list(g.legend)
+    if g.overlay:
+        legend.insert(
+            len(g.paths),
+            f"a state both paths visited: {_PATH_STYLES[0].name} fill, "
+            f"{_PATH_STYLES[1].name} border; an edge both took lists both paths' steps",
+        )
     out.append(f"    note right of {ids[IDLE]}")
-    out += [f"        {_m(x.strip()).replace(':', '#58;')}" for x in g.legend]
+    out += [f"        {_m(x.strip()).replace(':', '#58;')}" for x in legend]
     out.append("    end note")
     styles = {
         DONE: f"fill:{_TERMINAL_FILL[DONE]},stroke:{_FINISH},stroke-width:2px",
@@ -437,34 +698,55 @@ def to_mermaid(
             out.append(f"    classDef {name} {style}")
             out.append(f"    class {','.join(members)} {name}")
     if g.visited:
-        out.append(
-            f"    classDef taken fill:{_TAKEN_FILL},stroke:{_TAKEN},stroke-width:3px,"
-            "font-weight:bold"
-        )
-        out.append(f"    class {','.join(ids[k] for k in g.nodes if k in g.visited)} taken")
+        out += _mermaid_classes(g)
     return "\n".join(out) + "\n"
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
 def to_markdown(
     decl: Declaration,
     trace: Iterable[TraceEvent] | None = None,
     *,
+    traces: Traces | None = None,
     title: str | None = None,
     intro: str = "",
 ) -> str:
-    """A Markdown page with the Mermaid diagram in a fence (renders on GitHub)."""
+    """A Markdown page with the Mermaid diagram in a fence (renders on GitHub), then each
+    path's steps as a table (an overlay first compares the paths in one table)."""
     events = list(trace) if trace is not None else None
-    g = _graph(decl, events, title)
+    given = [t if isinstance(t, TracePath) else tuple(t) for t in traces] if traces else traces
+    paths = _paths(decl, events, given)
+    g = _graph(decl, paths, title)
     parts = [f"# {g.title}", ""]
     if intro:
         parts += [intro.strip(), ""]
-    parts += ["```mermaid", to_mermaid(decl, events, title=title).rstrip("\n"), "```", ""]
-    if events:
-        steps = path_steps(decl, events)
+    mermaid = to_mermaid(decl, events, traces=given, title=title).rstrip("\n")
+    parts += ["```mermaid", mermaid, "```", ""]
+    if g.overlay:
+        parts += [
+            "| path | numerals | steps | ends | at | requests | waited |",
+            "|---|---|---:|---|---:|---:|---:|",
+        ]
+        for p in paths:
+            parts.append(
+                f"| {_md_cell(p.label or '')} ({p.style.name}) | {p.numerals()} | "
+                f"{len(p.steps)} | {p.steps[-1].dest} | {_seconds(p.seconds)} | "
+                f"{p.requests} | {_seconds(p.waited)} |"
+            )
+        parts.append("")
+    for p in paths:
+        if not p.steps:
+            continue
+        if g.overlay:
+            parts += [f"**{p.style.digits[0]} {_md_cell(p.label or '')}** ({p.style.name})", ""]
         parts += ["| step | from | event | to | wait |", "|---:|---|---|---|---:|"]
-        for st in steps:
+        for st in p.steps:
             wait = _seconds(st.wait) if st.wait is not None else ""
-            parts.append(f"| {st.n} | {st.source} | {st.event} | {st.dest} | {wait} |")
+            n = st.marker() if g.overlay else str(st.n)
+            parts.append(f"| {n} | {st.source} | {st.event} | {st.dest} | {wait} |")
         parts.append("")
     return "\n".join(parts)
 
@@ -486,11 +768,70 @@ _EDGE_STYLE: Final = {
 }
 
 
+def _h(text: str) -> str:
+    """Text safe inside a DOT HTML-like label."""
+    return (
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    )
+
+
+def _coloured(colour: str, lines: Iterable[str], align: str = "") -> str:
+    """HTML-like label lines in one colour (`align`: ``left`` for a left-justified block,
+    ``none`` for text with no line break)."""
+    br = {"": "<br/>", "none": ""}.get(align, f'<br align="{align}"/>')
+    return f'<font color="{colour}">' + "".join(_h(x) + br for x in lines) + "</font>"
+
+
+def _overlay_edge_style(e: _Edge) -> str:
+    """An edge of an overlay: in the colour of the path that took it, or, taken by both,
+    both colours side by side, each step's numeral in its path's colour."""
+    paths = sorted({st.path for st in e.steps})
+    if len(paths) == 1:
+        c = _PATH_STYLES[paths[0]].colour
+        label = _q("\n".join(_edge_label(e, overlay=True)))
+        return f'label={label}, color="{c}", fontcolor="{c}", penwidth=3.5'
+    html = []
+    for group in _step_groups(e.steps):
+        mine = {st.path for st in group}
+        ink = _PATH_STYLES[group[0].path].colour if len(mine) == 1 else _INK
+        marks = "".join(
+            f'<font color="{_PATH_STYLES[st.path].colour}">{_h(st.marker())}</font>' for st in group
+        )
+        first, *rest = _group_lines(group)
+        event = first.split(" ", 1)[1]
+        html.append(f'{marks}<font color="{ink}"> {_h(event)}</font><br/>')
+        if rest:
+            html.append(_coloured(ink, rest))
+    colours = ":".join(_PATH_STYLES[p].colour for p in paths)
+    return f'label=<{"".join(html)}>, color="{colours}", fontcolor="{_INK}", penwidth=2.5'
+
+
+def _overlay_node_attrs(by: dict[int, tuple[int, ...]]) -> str:
+    """A state of an overlay, given the step numbers each path arrived with: in that
+    path's colour, or, visited by both, the first path's fill and the second's border;
+    its xlabel lists each path's arrivals in that path's numerals and colour."""
+    first, last = _PATH_STYLES[min(by)], _PATH_STYLES[max(by)]
+    ink = first.colour if len(by) == 1 else _INK
+    attrs_ = f'fillcolor="{first.fill}", color="{last.colour}", penwidth=3, fontcolor="{ink}"'
+    marks = " ".join(
+        _coloured(_PATH_STYLES[p].colour, ["".join(_marker(x, p) for x in nums)], "none")
+        for p, nums in by.items()
+        if nums
+    )
+    return attrs_ + (f", xlabel=<{marks}>" if marks else "")
+
+
 def to_dot(
-    decl: Declaration, trace: Iterable[TraceEvent] | None = None, *, title: str | None = None
+    decl: Declaration,
+    trace: Iterable[TraceEvent] | None = None,
+    *,
+    traces: Traces | None = None,
+    title: str | None = None,
 ) -> str:
-    """The machine as Graphviz DOT (path highlighted when `trace` is given)."""
-    g = _graph(decl, trace, title)
+    """The machine as Graphviz DOT: a path highlighted when `trace` is given, paths
+    overlaid with `traces` (each in its colour; both colours side by side on an edge
+    both took; a state both visited has the first path's fill and the second's border)."""
+    g = _graph(decl, _paths(decl, trace, traces), title)
     ids = g.ids
     font = "DejaVu Sans"
     out = [
@@ -509,12 +850,14 @@ def to_dot(
             a.append(f'fillcolor="{_TERMINAL_FILL[n.state]}", penwidth=2')
         if n.state == IDLE:
             a.append("shape=ellipse")
-        if key in g.visited:
+        if key in g.visited and g.overlay:
+            a.append(_overlay_node_attrs(g.visited[key]))
+        elif key in g.visited:
             a.append(
                 f'fillcolor="{_TAKEN_FILL}", color="{_TAKEN}", penwidth=3, fontcolor="{_TAKEN}"'
             )
-            if g.visited[key]:
-                a.append(f"xlabel={_q(','.join(str(x) for x in g.visited[key]))}")
+            if g.visited[key][0]:
+                a.append(f"xlabel={_q(','.join(str(x) for x in g.visited[key][0]))}")
         return f"{indent}{ids[key]} [{', '.join(a)}];"
 
     out.append("    subgraph cluster_running {")
@@ -540,6 +883,9 @@ def to_dot(
         for key in grp.nodes[1:]:
             out.append(f"    {ids[key]} -> {entry} [style=invis, weight=0];")
     for e in g.edges:
+        if e.steps and g.overlay:
+            out.append(f"    {ids[e.source]} -> {ids[e.dest]} [{_overlay_edge_style(e)}];")
+            continue
         if e.steps:
             style = f'color="{_TAKEN}", fontcolor="{_TAKEN}", penwidth=3.5'
         else:
@@ -551,14 +897,40 @@ def to_dot(
             f"    {ids[IDLE]} -> {ids[ABORTED]} [ltail=cluster_running, "
             f"label={_q(CANCELLED + ' (from any running state)')}, {_EDGE_STYLE['cancel']}];"
         )
-    legend = "".join(
-        _q(line)[1:-1] + "\\l"
-        for entry in g.legend
-        for line in textwrap.wrap(entry, 64, subsequent_indent="    ", break_on_hyphens=False)
-    )
-    out.append(
-        '    legend [shape=note, style=filled, fillcolor="#fff9db", fontsize=10, '
-        f'label="{legend}"];'
-    )
+    if g.overlay:
+        out.append(
+            '    legend [shape=note, style=filled, fillcolor="#fff9db", fontsize=10, '
+            f"label=<{_overlay_legend(g)}>];"
+        )
+    else:
+        legend = "".join(
+            _q(line)[1:-1] + "\\l"
+            for entry in g.legend
+            for line in textwrap.wrap(entry, 64, subsequent_indent="    ", break_on_hyphens=False)
+        )
+        out.append(
+            '    legend [shape=note, style=filled, fillcolor="#fff9db", fontsize=10, '
+            f'label="{legend}"];'
+        )
     out.append("}")
     return "\n".join(out) + "\n"
+
+
+def _overlay_legend(g: _Graph) -> str:
+    """The legend of an overlay as an HTML-like label: each path's line in its colour."""
+    first, second = _PATH_STYLES[0], _PATH_STYLES[1]
+    shared = (
+        f"a state both paths visited: {first.name} fill, {second.name} border; "
+        "an edge both took: both colours side by side"
+    )
+    entries = [(p.style.colour, g.legend[i]) for i, p in enumerate(g.paths)]
+    entries.append((_INK, shared))
+    entries += [(_INK, x) for x in g.legend[len(g.paths) :]]
+    return "".join(
+        _coloured(
+            colour,
+            textwrap.wrap(text, 64, subsequent_indent="    ", break_on_hyphens=False),
+            "left",
+        )
+        for colour, text in entries
+    )

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 from ..fsm import Policy, PolicyError, diagram, overview, registry
 from ..fsm.machine import declare
 from ..fsm.textfile import UnreadableFile, read_text
-from ..fsm.trace import TraceError, TraceEvent, from_jsonl
+from ..fsm.trace import TraceError, TraceEvent, from_jsonl, read_turns
 
 PROG = "fallgate"
 
@@ -148,9 +148,13 @@ def read_trace_file(path: str) -> str:
 
 
 def load_trace(path: str, turn: str | None = None) -> list[TraceEvent]:
-    """The transitions of one turn of a trace file: turn `turn`, else the first."""
+    """The transitions of one turn of a trace file: turn `turn`, else the first. A file
+    without turn lines (one turn, as `to_jsonl` writes it) is that turn whatever `turn`
+    says, so a recording and a single path can be drawn together with --turn."""
     text = read_trace_file(path)
     try:
+        if turn is not None and all(t.header is None for t in read_turns(text)):
+            turn = None
         events = from_jsonl(text, turn)
     except TraceError as e:
         where = f"{path}:{e.line}" if e.line else path
@@ -164,6 +168,58 @@ def load_trace(path: str, turn: str | None = None) -> list[TraceEvent]:
             f"{path}: the trace is empty (expected JSON lines, one per transition)", USAGE
         )
     return events
+
+
+def transition_lines(path: str, turn: str | None = None) -> list[int]:
+    """The file line of each transition of the turn `load_trace` read (turn `turn`,
+    else the file's first), in order, so a step the diagram refuses can be named by
+    its line. Turn lines (``"v"``) are skipped; a file of many turns may interleave them."""
+    rows: list[tuple[int, str, bool]] = []  # (line, turn id, is a turn line)
+    for n, line in enumerate(read_text(path, MAX_TRACE_BYTES).splitlines(), 1):
+        obj = json.loads(line) if line.strip() else None
+        if isinstance(obj, dict):
+            rows.append((n, str(obj.get("turn") or "-"), "v" in obj))
+    if not any(head for _, _, head in rows):
+        turn = None  # one turn without turn lines: load_trace drew it whole
+    chosen = turn if turn is not None else (rows[0][1] if rows else "-")
+    return [n for n, key, head in rows if key == chosen and not head]
+
+
+#: A --trace value: ``FILE`` (the legend names it by its file name) or ``LABEL=FILE``.
+def trace_paths(values: Sequence[str]) -> list[tuple[str, str]]:
+    """(label, file) per --trace: the label is the file's name, or the full path given
+    when two names collide, or the LABEL of ``LABEL=FILE`` (when no file is named
+    like the whole value)."""
+    pairs = []
+    for value in values:
+        label, sep, file = value.partition("=")
+        if sep and label and file and "/" not in label and not Path(value).exists():
+            pairs.append((label, file))
+        else:
+            pairs.append(("", value))
+    names = [Path(f).name for _, f in pairs]
+    out: list[tuple[str, str]] = []
+    for (label, file), name in zip(pairs, names, strict=True):
+        same_name = {f for (_, f), n in zip(pairs, names, strict=True) if n == name}
+        label = label or (name if len(same_name) == 1 else file)
+        unique, k = label, 2
+        while unique in (x for x, _ in out):  # the same file twice: "t.jsonl (2)"
+            unique, k = f"{label} ({k})", k + 1
+        out.append((unique, file))
+    return out
+
+
+def diagram_error(e: diagram.DiagramError, file: str, turn: str | None = None) -> str:
+    """A step the diagram refuses, named by its file, line and sequence number."""
+    if e.step is None:
+        return f"{file}: {e.reason}"
+    try:
+        lines = transition_lines(file, turn)
+    except (OSError, ValueError, UnreadableFile, RecursionError):
+        lines = []
+    where = f"{file}:{lines[e.step - 1]}" if e.step <= len(lines) else file
+    seq = f" (seq {e.seq})" if e.seq is not None else ""
+    return f"{where}: trace step {e.step}{seq}: {e.reason}"
 
 
 # -- subcommands --------------------------------------------------------------------------------
@@ -205,21 +261,30 @@ def cmd_diagram(args: argparse.Namespace) -> int:
         )
     if args.overview and args.trace:
         raise CliError("--trace highlights a path on the whole machine: drop --overview", USAGE)
+    if args.trace and len(args.trace) > diagram.MAX_PATHS:
+        raise CliError(
+            f"--trace given {len(args.trace)} times: a diagram overlays at most "
+            f"{diagram.MAX_PATHS} paths (each needs a colour and numerals of its own to stay "
+            "readable); draw the others in a second diagram",
+            USAGE,
+        )
     policy = load_policy(args.policy)
     if args.turn and not args.trace:
         raise CliError("--turn picks a turn of a --trace file: give --trace too", USAGE)
-    trace = load_trace(args.trace, args.turn) if args.trace else None
+    given = trace_paths(args.trace or ())
+    files = {label: file for label, file in given}
+    traces = [diagram.TracePath(label, load_trace(file, args.turn)) for label, file in given]
     decl = declare(policy)
     try:
         if args.overview:
             text = overview.to_mermaid_overview(decl)
             out: str | bytes = text if fmt == "mermaid" else f"```mermaid\n{text}```\n"
         elif fmt == "mermaid":
-            out = diagram.to_mermaid(decl, trace)
+            out = diagram.to_mermaid(decl, traces=traces or None)
         elif fmt == "markdown":
-            out = diagram.to_markdown(decl, trace)
+            out = diagram.to_markdown(decl, traces=traces or None)
         else:
-            source = diagram.to_dot(decl, trace)
+            source = diagram.to_dot(decl, traces=traces or None)
             if fmt == "dot":
                 out = source
             else:
@@ -232,7 +297,8 @@ def cmd_diagram(args: argparse.Namespace) -> int:
                 except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                     raise CliError(f"Graphviz could not draw the diagram: {e}") from None
     except diagram.DiagramError as e:
-        raise CliError(f"{args.trace}: {e}", USAGE) from None
+        file = files.get(e.path or "", given[0][1] if given else "")
+        raise CliError(diagram_error(e, file, args.turn), USAGE) from None
     _emit(out, args.output)
     return OK
 
@@ -449,6 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  fallgate demo                          # scripted faults, real HTTP, ~2 s\n"
             "  fallgate diagram policy.toml -o machine.svg\n"
             "  fallgate diagram --trace turn.jsonl    # highlight the path of a turn\n"
+            "  fallgate diagram p.toml --trace recorded=a.jsonl --trace replayed=b.jsonl\n"
             "  fallgate check policy.toml\n"
             "  fallgate replay turns.jsonl --policy new.toml   # what-if: a new policy, old turns\n"
             "  fallgate providers                     # known providers, which keys are set\n"
@@ -506,8 +573,10 @@ def build_parser() -> argparse.ArgumentParser:
             "policy): one box per target of the chain with its phase states, guards on\n"
             "the edges. --overview draws the compact form instead (the primary's phases,\n"
             "each fallback as one box). With --trace, the path a turn took is\n"
-            "highlighted, its steps numbered. Mermaid and DOT need nothing installed;\n"
-            "SVG and PNG need Graphviz's `dot`.\n\n"
+            "highlighted, its steps numbered; with --trace twice, two paths of a turn\n"
+            "(e.g. recorded and replayed) are overlaid in two colours, what both took\n"
+            "in both. Mermaid and DOT need nothing installed; SVG and PNG need\n"
+            "Graphviz's `dot`.\n\n"
             "With -o FILE the suffix decides the format: .mmd/.mermaid (Mermaid), .md\n"
             "(Mermaid in Markdown), .dot/.gv (DOT), .svg (SVG), .png (PNG); any other\n"
             "suffix is refused."
@@ -530,15 +599,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--trace",
-        metavar="TRACE.jsonl",
+        action="append",
+        metavar="[LABEL=]TRACE.jsonl",
         help="a turn's trace as JSON lines (fallgate.fsm.trace.to_jsonl(result.trace)) "
-        "to highlight",
+        "to highlight; give it twice to overlay two paths of a turn (recorded and "
+        "replayed), each in its colour, the legend naming each by LABEL or file name",
     )
     p.add_argument(
         "--turn",
         metavar="ID",
         help="the turn of a --trace file that holds several (recorded with "
-        "fallgate.record_traces) to highlight (default: the first)",
+        "fallgate.record_traces) to highlight, in each --trace file with turn lines "
+        "(default: each file's first)",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p.set_defaults(run=cmd_diagram)

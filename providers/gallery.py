@@ -12,7 +12,11 @@ installed fallgate has no such directory (and must not write into site-packages)
   running the scenario on the pure core with scripted outcomes (no network);
   ``scenario-1.toml`` and ``scenario-1.trace.jsonl`` are its policy and trace,
   so ``fallgate diagram diagrams/scenario-1.toml --trace
-  diagrams/scenario-1.trace.jsonl`` redraws it.
+  diagrams/scenario-1.trace.jsonl`` redraws it;
+* ``overlay.{md,dot,svg}``: Scenario 1's recorded path overlaid with the path the
+  same provider answers take under ``max_attempts = 1`` and ``recover_transport =
+  false`` (``scenario-1-at-once.trace.jsonl``: the first timeout falls back, the
+  fallback answers at once); `OVERLAY_COMMAND` redraws the DOT.
 
 SVG needs Graphviz's ``dot``; without it the SVG files are left as they are.
 """
@@ -92,8 +96,48 @@ The same machine drawn by Graphviz: [turn-machine.svg](turn-machine.svg).
 """
 
 
+#: What the at-once path changes in Scenario 1's policy.
+AT_ONCE_CHANGES: Final[dict[str, Any]] = {"max_attempts": 1, "recover_transport": False}
+
+#: The command that draws the committed overlay (its DOT on stdout; `-o overlay.svg` for SVG).
+OVERLAY_COMMAND: Final = (
+    "fallgate diagram diagrams/scenario-1.toml --format dot "
+    "--trace recorded=diagrams/scenario-1.trace.jsonl "
+    "--trace at-once=diagrams/scenario-1-at-once.trace.jsonl"
+)
+
+OVERLAY_INTRO: Final = """\
+Two paths of Scenario 1's turn on its machine: ① as recorded (two timeouts, a client
+rebuild, then a 429 falls back to glm-4.7) and ❶ the path the same provider answers
+take under `max_attempts = 1` and `recover_transport = false` (the first timeout
+falls back, glm-4.7 answers at once). A state only the recorded path visited is
+orange, one only the other visited violet, one both visited orange with a violet
+border; an edge both took carries both numerals (and both colours in the Graphviz
+version, [overlay.svg](overlay.svg), drawn by `fallgate diagram diagrams/scenario-1.toml
+--trace recorded=diagrams/scenario-1.trace.jsonl --trace
+at-once=diagrams/scenario-1-at-once.trace.jsonl -o overlay.svg`).
+"""
+
+
 def scenario_1_policy() -> Policy:
     return Policy.from_dict(SCENARIO_1_POLICY, source="scenario 1")
+
+
+def scenario_1_at_once_trace() -> tuple[TraceEvent, ...]:
+    """Scenario 1's provider answers (primary: timeout; fallback: success) played under
+    `AT_ONCE_CHANGES`: the first timeout falls back and the fallback answers."""
+    policy = Policy.from_dict({**SCENARIO_1_POLICY, **AT_ONCE_CHANGES}, source="at once")
+    played = play(policy, ["transport", "success"], random=0.5)
+    if played.models != ["glm-5.1", "glm-4.7"] or played.state != "done":
+        raise AssertionError(f"the at-once path no longer falls back at once: {played.models}")
+    return played.trace
+
+
+def overlay_paths() -> list[diagram.TracePath]:
+    return [
+        diagram.TracePath("recorded", scenario_1_trace()),
+        diagram.TracePath("at-once", scenario_1_at_once_trace()),
+    ]
 
 
 def scenario_1_trace() -> tuple[TraceEvent, ...]:
@@ -172,6 +216,9 @@ def sources() -> dict[str, str]:
         ),
         "scenario-1.toml": SCENARIO_1_TOML,
         "scenario-1.trace.jsonl": to_jsonl(trace),
+        "scenario-1-at-once.trace.jsonl": to_jsonl(scenario_1_at_once_trace()),
+        "overlay.md": diagram.to_markdown(s1, traces=overlay_paths(), intro=OVERLAY_INTRO),
+        "overlay.dot": diagram.to_dot(s1, traces=overlay_paths()),
     }
 
 

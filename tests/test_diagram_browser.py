@@ -213,3 +213,41 @@ def _svg_of(dom: str, name: str) -> str:
     m = re.search(rf'<div id="out_{name}">(.*?)</svg></div>', dom, re.S)
     assert m, f"no SVG for {name}"
     return m.group(1)
+
+
+@needs_browser
+def test_an_overlay_of_two_paths_renders_with_each_states_path_class():
+    s1 = declare(gallery.scenario_1_policy())
+    recorded, at_once = gallery.overlay_paths()
+    nasty = declare(nasty_policy())
+    one = play(nasty.policy, ["not_found", "auth", "overloaded", "success"]).trace
+    two = play(nasty.policy, ["transport", "transport", "not_found", "success"], random=0.5).trace
+    sources = {
+        "overlay": diagram.to_mermaid(s1, traces=[recorded, at_once]),
+        "nasty_overlay": diagram.to_mermaid(
+            nasty, traces=[diagram.TracePath('a "b" <c>;#d', one), two]
+        ),
+    }
+    committed = (gallery.DIAGRAMS / "overlay.md").read_text()
+    assert sources["overlay"] in committed  # the committed page embeds what renders here
+    results, dom = render(sources)
+    assert results == dict.fromkeys(sources, "ok"), results
+    assert "Syntax error" not in dom
+
+    svg = _svg_of(dom, "overlay")
+    drawn: dict[str, set[str]] = {}
+    for cls, ident in re.findall(
+        r'class="node (path1|path2|both) statediagram-state" id="d_overlay-state-(\w+)-', svg
+    ):
+        drawn.setdefault(cls, set()).add(ident)
+    # the recorded path alone went through the backoff and the rebuild; both started at
+    # the primary and ended on the fallback
+    assert drawn == {
+        "path1": {"s_primary_transport_backoff", "s_primary_recovering"},
+        "both": {"s_idle", "s_primary", "s_fallback_1", "s_done_1"},
+    }
+    assert "①❶ start" in svg and "⑥ rate_limited" in svg and "❷ transport" in svg
+    assert "recorded, 7 steps to done" in svg and "at-once, 3 steps to done" in svg
+    nasty_svg = _svg_of(dom, "nasty_overlay")
+    assert "a &quot;b&quot; &lt;c&gt;;#d" in nasty_svg or 'a "b" &lt;c&gt;;#d' in nasty_svg
+    assert re.search(r'class="node path2 statediagram-state"', nasty_svg)
