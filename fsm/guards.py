@@ -199,18 +199,18 @@ def may_retry(s: TurnState) -> bool:
     v = s.visit
     if v.probe:
         return False
-    return s.connection_fault() or s.health.retry_tokens(v.target.key, s.policy) >= 1.0  # type: ignore[union-attr]
+    return s.client_side_fault() or s.health.retry_tokens(v.target.key, s.policy) >= 1.0  # type: ignore[union-attr]
 
 
 def _transport_retry(s: TurnState, arg: int) -> bool:
     p = s.policy
     v = s.visit
-    # a connection fault (the target answered others) is retried after a backoff, never
+    # a client-side fault (the target answered others) is retried after a backoff, never
     # recovered from: the client works, rebuilding it would not help
     return (
         may_retry(s)
         and not v.recovered
-        and (v.streak < p.transport_faults_before_recovery or s.connection_fault())
+        and (v.streak < p.transport_faults_before_recovery or s.client_side_fault())
         and v.attempts < p.max_attempts
         and s.fits_deadline(s.backoff_ceiling(v.streak - 1))
     )
@@ -218,7 +218,7 @@ def _transport_retry(s: TurnState, arg: int) -> bool:
 
 def _can_recover(s: TurnState, arg: int) -> bool:
     return (
-        not s.visit.recovered and not s.connection_fault() and may_retry(s) and s.before_deadline()
+        not s.visit.recovered and not s.client_side_fault() and may_retry(s) and s.before_deadline()
     )
 
 
@@ -309,19 +309,19 @@ def _soonest_is(s: TurnState, arg: int) -> bool:
 
 
 _FLEET = "{retry_budget} left, not probing"
-# A connection fault: a transport fault while the target answered other attempts
-# (`Outcome.answered_others`, `Traits.connection_level`).
+# A client-side fault: a transport fault while the target answered other attempts
+# (`Outcome.client_side`, `Traits.connection_level`).
 TRANSPORT_RETRY: Final = Guard(
     "transport_retry",
     _transport_retry,
     "attempts < {max_attempts}, not recovered, {backoff} fits the {deadline} deadline, "
     "not probing; streak < {transport_faults_before_recovery} and {retry_budget} left, "
-    "or a connection fault",
+    "or a client-side fault",
 )
 CAN_RECOVER: Final = Guard(
     "can_recover",
     _can_recover,
-    f"recovery not yet used, not a connection fault, elapsed < {{deadline}}, {_FLEET}",
+    f"recovery not yet used, not a client-side fault, elapsed < {{deadline}}, {_FLEET}",
 )
 SERVER_RETRY: Final = Guard(
     "server_retry",
@@ -403,7 +403,7 @@ def leave(s: TurnState) -> None:
         o is not None
         and TRAITS[o.kind].level is Level.TARGET
         and s.policy.rule(o.kind).cooldown
-        and not s.connection_fault()  # the target answered others: it is not failing
+        and not s.client_side_fault()  # the target answered others: it is not failing
     ):
         at_once = TRAITS[o.kind].opens_breaker
         r = s.health.failed(t.key, s.at, s.policy, o.retry_after, s.owner, at_once)
@@ -516,7 +516,7 @@ def _no_retry(s: TurnState) -> str:
         return ""
     if v.probe:
         return f"; no retry: it was the probe of {v.target.name}'s half-open breaker"
-    if not s.connection_fault() and s.health.retry_tokens(v.target.key, s.policy) < 1.0:
+    if not s.client_side_fault() and s.health.retry_tokens(v.target.key, s.policy) < 1.0:
         return f"; no retry: the retry budget of {v.target.name} is empty"
     return ""
 

@@ -234,19 +234,19 @@ def classifier_for(
     """`classify_openai` with the quirks of the provider `current()` names (the target
     of the attempt that just failed). `answered_others(target)`: did the target answer
     other attempts while this one was out (the pool's view)? It marks the outcome of a
-    `connection_level` kind (`Outcome.answered_others`)."""
+    `connection_level` kind `Outcome.client_side`, as is a transport fault whose
+    time ran out before it reached the network (`bounds.AttemptTimeout.unsent`)."""
 
     def classify(e: BaseException) -> Outcome:
         target = current()
         provider = None if target is None else policy.provider(target)
         o = classify_openai(e, provider=provider, secrets=policy.secrets())
-        if (
-            answered_others is not None
-            and target is not None
-            and TRAITS[o.kind].connection_level
-            and answered_others(target)
+        if not TRAITS[o.kind].connection_level:
+            return o
+        if getattr(e, "unsent", False) is True or (
+            answered_others is not None and target is not None and answered_others(target)
         ):
-            return attrs.evolve(o, answered_others=True)
+            return attrs.evolve(o, client_side=True)
         return o
 
     return classify

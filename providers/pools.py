@@ -252,7 +252,7 @@ class _Pool(Generic[C]):
     def answered_others(self, target: Target, seen: Seen) -> bool:
         """Did `target` answer another attempt since this turn's last lease of it (on
         its current clients)? Then it is up: a transport fault of this turn's attempt is
-        its connection's (`fsm.Outcome.answered_others`)."""
+        its connection's (`fsm.Outcome.client_side`)."""
         name = target.name
         return self._ok_at.get(name, -math.inf) > seen.leased_at.get(name, math.inf)
 

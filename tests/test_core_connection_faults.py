@@ -10,11 +10,11 @@ without a retry, three of those opened the breaker, and the breaker refused ever
 other turn: on the overload bench fallgate answered 185, 273 and 239 of 1,000 turns
 where the bare SDK (no budget, no breaker, a backoff before each retry) answered all.
 
-The host marks such a fault (`Outcome.answered_others`: the pool saw the target answer
+The host marks such a fault (`Outcome.client_side`: the pool saw the target answer
 another attempt while this one was out); the engine then retries it after a jittered
 backoff, never a recovery (the client works), without a token, and reports no failure
 to the breaker. A fault with no such evidence is handled as before. Each test here
-fails on the engine before this rule (no `answered_others`; tokens, breaker reports
+fails on the engine before this rule (no `client_side`; tokens, breaker reports
 and a recovery with an immediate call after every second transport fault).
 """
 
@@ -32,8 +32,8 @@ from helpers import chain
 TURNS = 1000
 
 
-def _connection_fault() -> Outcome:
-    return Outcome.of("transport", detail="timeout (ConnectTimeout)", answered_others=True)
+def _client_side_fault() -> Outcome:
+    return Outcome.of("transport", detail="timeout (ConnectTimeout)", client_side=True)
 
 
 def _drain_budget(health: HealthStore, p, now: float) -> None:
@@ -47,21 +47,24 @@ def _drain_budget(health: HealthStore, p, now: float) -> None:
 
 
 def test_a_connection_fault_is_retried_after_a_jittered_backoff_never_a_recovery():
-    """Two connection faults in a row: two backoffs (each the draw times the backoff
+    """Two client-side faults in a row: two backoffs (each the draw times the backoff
     ceiling of its retry), no Rebuild, and the third attempt answers."""
     p = chain("m0")
     clock = VirtualClock(start=50.0)
     turn = Turn(p, health=HealthStore(), clock=clock.now, random=lambda: 0.5)
     actions = [turn.start()]
     for _ in range(2):
-        actions.append(turn.feed(_connection_fault()))
+        actions.append(turn.feed(_client_side_fault()))
         assert isinstance(actions[-1], Wait), actions
         clock.advance(actions[-1].seconds)
         actions.append(turn.waited())
         assert isinstance(actions[-1], Attempt), actions
     assert not any(isinstance(a, Rebuild) for a in actions)
     waits = [a.seconds for a in actions if isinstance(a, Wait)]
-    assert waits == [pytest.approx(0.5 * p.backoff.initial), pytest.approx(0.5 * 2 * p.backoff.initial)]
+    assert waits == [
+        pytest.approx(0.5 * p.backoff.initial),
+        pytest.approx(0.5 * 2 * p.backoff.initial),
+    ]
     assert isinstance(turn.feed(Outcome.success("hi")), Finish)
 
 
@@ -84,7 +87,7 @@ def test_a_connection_fault_is_retried_with_the_retry_budget_empty():
     _drain_budget(health, p, clock.now())
     turn = Turn(p, health=health, clock=clock.now, random=lambda: 0.0)
     turn.start()
-    wait = turn.feed(_connection_fault())
+    wait = turn.feed(_client_side_fault())
     assert isinstance(wait, Wait)
     retry = turn.waited()
     assert isinstance(retry, Attempt) and not retry.retry  # spends nothing
@@ -98,7 +101,7 @@ def test_a_connection_fault_is_retried_with_the_retry_budget_empty():
 
 
 def test_turns_failing_on_connection_faults_do_not_open_the_breaker():
-    """Ten turns in a row use up their attempts on connection faults: the breaker (more
+    """Ten turns in a row use up their attempts on client-side faults: the breaker (more
     than 2 failed turns a minute open it) stays closed and the next turn calls the
     target; the same ten turns on plain transport faults open it."""
     p = chain("m0", max_attempts=1, recover_transport=False)
@@ -107,7 +110,7 @@ def test_turns_failing_on_connection_faults_do_not_open_the_breaker():
     for _ in range(10):
         turn = Turn(p, health=health, clock=clock.now, random=lambda: 0.0)
         turn.start()
-        assert isinstance(turn.feed(_connection_fault()), Fail)
+        assert isinstance(turn.feed(_client_side_fault()), Fail)
     assert health.target_until(p.targets[0].key) <= clock.now()
     assert isinstance(Turn(p, health=health, clock=clock.now).start(), Attempt)
     for _ in range(10):
@@ -120,7 +123,7 @@ def test_turns_failing_on_connection_faults_do_not_open_the_breaker():
 
 
 def test_a_thousand_turns_retrying_connection_faults_spread_their_third_attempts():
-    """1,000 turns see the same two connection faults at the same instants: the wait
+    """1,000 turns see the same two client-side faults at the same instants: the wait
     before each one's third attempt is its own draw over the second backoff (where a
     recovery called again at once: 1,000 calls at one instant into the queue that had
     just overflowed)."""
@@ -131,12 +134,12 @@ def test_a_thousand_turns_retrying_connection_faults_spread_their_third_attempts
     turns = [Turn(p, health=health, clock=clock.now, random=rng.random) for _ in range(TURNS)]
     assert all(isinstance(t.start(), Attempt) for t in turns)
     for t in turns:
-        assert isinstance(t.feed(_connection_fault()), Wait)
+        assert isinstance(t.feed(_client_side_fault()), Wait)
     clock.advance(p.backoff.initial)
     assert all(isinstance(t.waited(), Attempt) for t in turns)
     waits = []
     for t in turns:
-        action = t.feed(_connection_fault())
+        action = t.feed(_client_side_fault())
         assert isinstance(action, Wait), action
         waits.append(action.seconds)
     ceiling = p.backoff.initial * p.backoff.multiplier

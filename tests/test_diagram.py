@@ -68,7 +68,7 @@ def test_triggers_between_the_same_two_states_collapse_into_one_edge_with_guards
     edges = re.findall(r"^\s+s_primary --> s_primary_transport_backoff : (.*)$", text, re.M)
     assert edges == [
         "transport<br/>[attempts #lt; 3, not recovered, backoff ≤8s fits the 120s deadline, "
-        "not probing#59; streak #lt; 2 and a retry token (of 10) left, or a connection fault]"
+        "not probing#59; streak #lt; 2 and a retry token (of 10) left, or a client-side fault]"
     ]
     # one edge per (source, dest) pair, never two
     pairs = re.findall(r"^\s+(\S+) --> (\S+) :", text, re.M)

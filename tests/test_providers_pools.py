@@ -228,7 +228,7 @@ def test_a_timeout_while_the_target_answered_another_turn_is_a_connection_fault(
     fault_server: FaultServer,
 ) -> None:
     """Turn A's first request hangs to its 1 s timeout while turn B is answered: A's
-    fault is marked `answered_others` (the pool saw the target answer B since A's
+    fault is marked `client_side` (the pool saw the target answer B since A's
     lease), so A backs off and retries without a recovery, a retry token or a breaker
     report, even with the target's retry budget empty (on the engine before this rule:
     "no retry: the retry budget of primary is empty")."""

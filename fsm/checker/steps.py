@@ -81,7 +81,7 @@ def outcome_for(trigger: str, args: Mapping[str, Any]) -> Outcome | None:
         retry_after=args.get("retry_after"),
         detail=kind.value,
         partial=args.get("partial"),
-        answered_others=bool(args.get("answered_others", False)),
+        client_side=bool(args.get("client_side", False)),
     )
 
 
