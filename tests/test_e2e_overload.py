@@ -52,8 +52,11 @@ def test_a_thousand_concurrent_turns_rebuild_once_per_generation_and_answer_like
     # fails the engine that rebuilt per turn (it answered none in every run) and the
     # one that spent retry tokens and breaker counts on client-side faults (185-273 vs
     # 1000). When the client's own event loop lags past the 4 s attempt timeout before
-    # the target answered anyone (a CPU hog beside the run), no fault is a connection
+    # the target answered anyone (a CPU hog beside the run), no fault is a client-side
     # fault: the budget and the breaker stop the retries there, as they would for a
     # target that is down, and this margin is not met (see README "Overload").
     assert fg["answered"] >= bare["answered"] // 2, res
-    assert fg["server_answered"] == fg["answered"], res
+    # Every answer came from a request the server answered; a few it answered may not
+    # reach a turn (the attempt's total bound ran out while the lagging loop had the
+    # reply unread: 979 vs 967 in one loaded run).
+    assert fg["answered"] <= fg["server_answered"] <= fg["answered"] + TURNS // 20, res
