@@ -195,7 +195,7 @@ def observation_text(ob: Observation, t: Traits) -> str:
 def may_retry(s: TurnState) -> bool:
     """A retry on the current target is allowed by the fleet: it is not a half-open
     target's probe (a probe gets one attempt), and its retry budget has a token, or the
-    retry needs none (the fault was the connection's: the target answered others)."""
+    retry needs none (a client-side fault: not the target's)."""
     v = s.visit
     if v.probe:
         return False
@@ -205,7 +205,7 @@ def may_retry(s: TurnState) -> bool:
 def _transport_retry(s: TurnState, arg: int) -> bool:
     p = s.policy
     v = s.visit
-    # a client-side fault (the target answered others) is retried after a backoff, never
+    # a client-side fault (not the target's) is retried after a backoff, never
     # recovered from: the client works, rebuilding it would not help
     return (
         may_retry(s)
@@ -309,8 +309,8 @@ def _soonest_is(s: TurnState, arg: int) -> bool:
 
 
 _FLEET = "{retry_budget} left, not probing"
-# A client-side fault: a transport fault while the target answered other attempts
-# (`Outcome.client_side`, `Traits.connection_level`).
+# A client-side fault: a transport fault while the target answered other attempts, or
+# one that never reached the network (`Outcome.client_side`, `Traits.connection_level`).
 TRANSPORT_RETRY: Final = Guard(
     "transport_retry",
     _transport_retry,
@@ -403,7 +403,7 @@ def leave(s: TurnState) -> None:
         o is not None
         and TRAITS[o.kind].level is Level.TARGET
         and s.policy.rule(o.kind).cooldown
-        and not s.client_side_fault()  # the target answered others: it is not failing
+        and not s.client_side_fault()  # not the target's: it is not failing
     ):
         at_once = TRAITS[o.kind].opens_breaker
         r = s.health.failed(t.key, s.at, s.policy, o.retry_after, s.owner, at_once)

@@ -84,6 +84,7 @@ def graphviz_hint(fmt: str) -> str:
     )
 
 
+
 class CliError(Exception):
     """A user-facing failure: printed as one message, exit status `code`."""
 
@@ -358,10 +359,13 @@ def cmd_health(args: argparse.Namespace) -> int:
                 known = ", ".join(t["target"] for t in data["targets"]) or "none"
                 why = "names more than one backend" if chosen else "is not in the store"
                 raise CliError(
-                    f"--reset {args.reset!r} {why} (targets: {known}; give MODEL@BASE_URL, or all)",
+                    f"--reset {args.reset!r} {why} (targets: {known}; give MODEL@BASE_URL, "
+                    "or all)",
                     USAGE,
                 )
-            deleted = sum(health_report.reset(backend, t["base_url"], t["model"]) for t in chosen)
+            deleted = sum(
+                health_report.reset(backend, t["base_url"], t["model"]) for t in chosen
+            )
             names = ", ".join(t["target"] for t in chosen)
             if args.json:
                 print(json.dumps({"store": backend.url, "reset": names, "deleted": deleted}))

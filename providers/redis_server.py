@@ -55,25 +55,11 @@ class RedisServer:
         log = self._dir / "redis.log"
         self._proc = subprocess.Popen(
             [
-                self.executable,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self._dir),
-                "--logfile",
-                str(log),
-                "--daemonize",
-                "no",
+                self.executable, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no", "--dir", str(self._dir),
+                "--logfile", str(log), "--daemonize", "no",
             ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + self._startup_timeout
         while not self._pong():

@@ -157,3 +157,5 @@ def test_help_says_what_is_shown_and_how_to_reset(capsys) -> None:
     assert code == 0
     for word in ("--store", "--reset", "--json", "sqlite:///", "redis://", "never the key"):
         assert word in out
+
+

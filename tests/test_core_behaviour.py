@@ -90,7 +90,9 @@ def test_a_retry_after_beyond_the_cap_fails_at_once_instead_of_sleeping():
 
 
 def test_prefer_waiting_sleeps_out_a_short_retry_after_instead_of_falling_back():
-    played = play(chain("m0", "m1", prefer_waiting=True), ["rate_limited:3", "success"], random=0.0)
+    played = play(
+        chain("m0", "m1", prefer_waiting=True), ["rate_limited:3", "success"], random=0.0
+    )
     assert played.waits == (3.0,)
     assert played.targets == ["primary", "primary"]
 

@@ -147,9 +147,7 @@ def test_four_processes_sharing_a_store_spend_at_most_two_requests_on_a_cooling_
     assert records and PRIMARY_KEY not in json.dumps(records)
     out = subprocess.run(
         [sys.executable, "-m", "fallgate.providers.cli", "health", "--store", shared_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        capture_output=True, text=True, timeout=60,
     )
     assert out.returncode == 0, out.stderr
     assert f"{PRIMARY}@{fault_server.base_url}" in out.stdout and PRIMARY_KEY not in out.stdout
@@ -187,7 +185,9 @@ def test_kill_9_of_the_worker_probing_a_half_open_primary_frees_its_lease_after_
     fault_server.script(
         {"models": {PRIMARY: [DOWN, {"kind": "hang", "seconds": 30}, {"kind": "answer"}]}}
     )
-    prober, other = fleet_of(2, shared_url, allowed_failures=0, cooldown=0.5, attempt_timeout=3.0)
+    prober, other = fleet_of(
+        2, shared_url, allowed_failures=0, cooldown=0.5, attempt_timeout=3.0
+    )
     assert prober.turn()["model"] == FALLBACK  # the 503 opened the primary's breaker
     time.sleep(0.6)  # its open span is over: half-open
     prober.send()  # the probe: the primary hangs

@@ -235,8 +235,7 @@ def redis_backend(redis_server: RedisServer) -> Iterator[Callable[..., RedisBack
 
 
 def test_redis_reruns_update_on_a_conflict_with_the_fresh_records(
-    redis_server, redis_backend
-) -> None:
+    redis_server, redis_backend) -> None:
     a, b = redis_backend(), redis_backend()
     a.transact(["k"], increment("k"), ttl=60)
     b.transact(["k"], increment("k"), ttl=60)
@@ -252,8 +251,7 @@ def test_redis_reruns_update_on_a_conflict_with_the_fresh_records(
 
 
 def test_redis_a_conflict_on_every_try_gives_up_after_its_time_bound_naming_it(
-    redis_server, redis_backend
-) -> None:
+    redis_server, redis_backend) -> None:
     """Contention is bounded in time (4 command timeouts), then it is an unavailable store."""
     a, b = redis_backend(timeout=0.05), redis_backend()
     a.transact(["k"], increment("k"), ttl=60)
@@ -268,7 +266,8 @@ def test_redis_a_conflict_on_every_try_gives_up_after_its_time_bound_naming_it(
     assert 0.2 <= time.monotonic() - started < 2.0
 
 
-def test_redis_common_case_is_one_round_trip(redis_server, redis_backend) -> None:
+def test_redis_common_case_is_one_round_trip(
+    redis_server, redis_backend) -> None:
     """A client that wrote a key last updates it again with one command (the script)."""
     backend = redis_backend()
     backend.transact(["k"], increment("k"), ttl=60)
@@ -287,7 +286,8 @@ def test_redis_common_case_is_one_round_trip(redis_server, redis_backend) -> Non
     assert count(backend, "k") == 11
 
 
-def test_redis_expiry_is_a_duration_on_the_server(redis_server, redis_backend) -> None:
+def test_redis_expiry_is_a_duration_on_the_server(
+    redis_server, redis_backend) -> None:
     import redis
 
     backend = redis_backend()
@@ -313,8 +313,7 @@ def test_redis_time_is_the_servers_whatever_this_hosts_wall_clock_says(
 
 
 def test_redis_stopped_raises_store_unavailable_then_works_after_restart(
-    redis_server, redis_backend
-) -> None:
+    redis_server, redis_backend) -> None:
     backend = redis_backend(reconnect_after=0.2)
     backend.transact(["k"], increment("k"), ttl=60)
     redis_server.stop()
@@ -333,8 +332,7 @@ def test_redis_stopped_raises_store_unavailable_then_works_after_restart(
 
 
 def test_redis_a_remembered_version_never_matches_a_newer_record_after_a_restart(
-    redis_server,
-    redis_backend,
+    redis_server, redis_backend,
 ) -> None:
     a = redis_backend()
     a.transact(["k"], increment("k"), ttl=60)  # a remembers k at its first version
@@ -346,7 +344,8 @@ def test_redis_a_remembered_version_never_matches_a_newer_record_after_a_restart
     assert records["k"] is not None and records["k"]["n"] == 41
 
 
-def test_redis_errors_name_the_url_but_never_its_password(redis_server, redis_backend) -> None:
+def test_redis_errors_name_the_url_but_never_its_password(
+    redis_server, redis_backend) -> None:
     import redis
 
     admin = redis.Redis.from_url(redis_server.url)
@@ -367,8 +366,7 @@ def test_redis_errors_name_the_url_but_never_its_password(redis_server, redis_ba
 
 
 def test_redis_unreachable_answers_at_once_until_it_is_time_to_reconnect(
-    redis_server, redis_backend
-) -> None:
+    redis_server, redis_backend) -> None:
     backend = redis_backend(reconnect_after=30)
     redis_server.stop()
     with pytest.raises(StoreUnavailable, match=r"Connection refused|connecting"):

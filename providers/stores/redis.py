@@ -182,7 +182,7 @@ class RedisBackend:
             for key, raw in sorted(zip(keys, values, strict=True)):
                 decoded = _decode(raw)
                 if decoded is not None:
-                    out[key[len(self._prefix) :]] = decoded[1]
+                    out[key[len(self._prefix):]] = decoded[1]
             return out, seconds + micros / 1e6
 
         return self._guard(run)

@@ -65,9 +65,7 @@ class SQLiteBackend:
             conn: sqlite3.Connection | None = None
             try:
                 conn = sqlite3.connect(
-                    self.path,
-                    timeout=self._busy_timeout,
-                    isolation_level=None,
+                    self.path, timeout=self._busy_timeout, isolation_level=None,
                     check_same_thread=False,
                 )
                 self._prepare(conn)
