@@ -238,7 +238,11 @@ def test_a_timeout_while_the_target_answered_another_turn_is_a_connection_fault(
     from fallgate.providers import AsyncFallgate
 
     fault_server.script(
-        {"models": {"a": [{"kind": "timeout"}, {"kind": "answer"}, {"kind": "answer"}]}}
+        {
+            "models": {
+                "a": [{"kind": "timeout", "seconds": 2}, {"kind": "answer"}, {"kind": "answer"}]
+            }
+        }
     )
     policy = chain("a", server=fault_server, attempt_timeout=1.0)
     health = HealthStore()
