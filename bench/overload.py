@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -166,7 +167,8 @@ async def _client_main(
             reply = await call()
             answered += bool(reply.choices[0].message.content)
         except Exception as e:  # the outcome is data here
-            errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
+            why = _why(e)
+            errors[why] = errors.get(why, 0) + 1
         slowest = max(slowest, time.perf_counter() - t)
 
     t0 = time.perf_counter()
@@ -178,6 +180,18 @@ async def _client_main(
         "errors": errors,
         **stats(),
     }
+
+
+_DIGITS = re.compile(r"\d+(\.\d+)?")
+
+
+def _why(e: Exception) -> str:
+    """The failure's kind, with fallgate's summary (numbers masked so that equal causes
+    count together): is it the deadline, the retry budget, or attempts used up?"""
+    summary = getattr(e, "summary", None)
+    if not isinstance(summary, str):
+        return type(e).__name__
+    return f"{type(e).__name__}: {_DIGITS.sub('N', summary)[:240]}"
 
 
 def _args(*values: float) -> list[str]:

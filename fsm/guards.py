@@ -194,25 +194,32 @@ def observation_text(ob: Observation, t: Traits) -> str:
 
 def may_retry(s: TurnState) -> bool:
     """A retry on the current target is allowed by the fleet: it is not a half-open
-    target's probe (a probe gets one attempt), and its retry budget has a token."""
+    target's probe (a probe gets one attempt), and its retry budget has a token, or the
+    retry needs none (a client-side fault: not the target's)."""
     v = s.visit
-    return not v.probe and s.health.retry_tokens(v.target.key, s.policy) >= 1.0  # type: ignore[union-attr]
+    if v.probe:
+        return False
+    return s.client_side_fault() or s.health.retry_tokens(v.target.key, s.policy) >= 1.0  # type: ignore[union-attr]
 
 
 def _transport_retry(s: TurnState, arg: int) -> bool:
     p = s.policy
     v = s.visit
+    # a client-side fault (not the target's) is retried after a backoff, never
+    # recovered from: the client works, rebuilding it would not help
     return (
         may_retry(s)
         and not v.recovered
-        and v.streak < p.transport_faults_before_recovery
+        and (v.streak < p.transport_faults_before_recovery or s.client_side_fault())
         and v.attempts < p.max_attempts
         and s.fits_deadline(s.backoff_ceiling(v.streak - 1))
     )
 
 
 def _can_recover(s: TurnState, arg: int) -> bool:
-    return not s.visit.recovered and may_retry(s) and s.before_deadline()
+    return (
+        not s.visit.recovered and not s.client_side_fault() and may_retry(s) and s.before_deadline()
+    )
 
 
 def _server_retry(s: TurnState, arg: int) -> bool:
@@ -302,14 +309,19 @@ def _soonest_is(s: TurnState, arg: int) -> bool:
 
 
 _FLEET = "{retry_budget} left, not probing"
+# A client-side fault: a transport fault while the target answered other attempts, or
+# one that never reached the network (`Outcome.client_side`, `Traits.connection_level`).
 TRANSPORT_RETRY: Final = Guard(
     "transport_retry",
     _transport_retry,
-    "streak < {transport_faults_before_recovery}, attempts < {max_attempts}, not recovered, "
-    f"{{backoff}} fits the {{deadline}} deadline, {_FLEET}",
+    "attempts < {max_attempts}, not recovered, {backoff} fits the {deadline} deadline, "
+    "not probing; streak < {transport_faults_before_recovery} and {retry_budget} left, "
+    "or a client-side fault",
 )
 CAN_RECOVER: Final = Guard(
-    "can_recover", _can_recover, f"recovery not yet used, elapsed < {{deadline}}, {_FLEET}"
+    "can_recover",
+    _can_recover,
+    f"recovery not yet used, not a client-side fault, elapsed < {{deadline}}, {_FLEET}",
 )
 SERVER_RETRY: Final = Guard(
     "server_retry",
@@ -387,7 +399,12 @@ def leave(s: TurnState) -> None:
     o = s.outcome
     t = s.target
     s.reasons[t.name] = (v.attempts, o) if s.denial is None or o is not None else s.denial
-    if o is not None and TRAITS[o.kind].level is Level.TARGET and s.policy.rule(o.kind).cooldown:
+    if (
+        o is not None
+        and TRAITS[o.kind].level is Level.TARGET
+        and s.policy.rule(o.kind).cooldown
+        and not s.client_side_fault()  # not the target's: it is not failing
+    ):
         at_once = TRAITS[o.kind].opens_breaker
         r = s.health.failed(t.key, s.at, s.policy, o.retry_after, s.owner, at_once)
         until = r.get("until", 0.0)
@@ -499,7 +516,7 @@ def _no_retry(s: TurnState) -> str:
         return ""
     if v.probe:
         return f"; no retry: it was the probe of {v.target.name}'s half-open breaker"
-    if s.health.retry_tokens(v.target.key, s.policy) < 1.0:
+    if not s.client_side_fault() and s.health.retry_tokens(v.target.key, s.policy) < 1.0:
         return f"; no retry: the retry budget of {v.target.name} is empty"
     return ""
 

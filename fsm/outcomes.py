@@ -54,6 +54,11 @@ class Outcome:
     `retry_after` is already parsed and sanitised (seconds, finite, >= 0) or
     None. `detail` is a short human text that must never hold a secret; the
     original exception rides along in `error` (excluded from repr/eq).
+    `client_side`: the fault is this attempt's, not the target's: the host saw the
+    target answer other attempts while this one was out (its connection failed, the
+    target is up), or the attempt's time ran out before it reached the network (the
+    client was busy). The pools set it on transport faults; what it changes:
+    `fsm.traits.Traits.connection_level`.
     """
 
     kind: OutcomeKind = attrs.field(converter=OutcomeKind)
@@ -61,6 +66,7 @@ class Outcome:
     retry_after: float | None = attrs.field(default=None, converter=sane_retry_after)
     detail: str = ""
     partial: str | None = None
+    client_side: bool = False
     value: Any = attrs.field(default=None, repr=False, eq=False)
     error: BaseException | None = attrs.field(default=None, repr=False, eq=False)
 

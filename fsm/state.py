@@ -27,6 +27,7 @@ from .outcomes import Outcome
 from .policy import Credential, Policy, Target
 from .redact import scrub_exception
 from .trace import TraceEvent
+from .traits import TRAITS
 
 if TYPE_CHECKING:
     from .turn import Hook
@@ -301,7 +302,7 @@ class TurnState:
             tuple(self.tried),
             self.context_floor,
             self.context_from,
-            (o.kind, o.retry_after) if keep_outcome else None,  # type: ignore[union-attr]
+            (o.kind, o.retry_after, o.client_side) if keep_outcome else None,  # type: ignore[union-attr]
             self.partial,
             (round(now - self.started, 6), round(self.waited, 6)) if timed else None,
             round(now - self.attempt_started, 6) if pending else None,
@@ -330,6 +331,12 @@ class TurnState:
     def fits_deadline(self, wait: float) -> bool:
         """A wait after which time is left for an attempt (`MIN_ATTEMPT` at least)."""
         return self.elapsed() + wait + MIN_ATTEMPT <= self.policy.deadline
+
+    def client_side_fault(self) -> bool:
+        """Was the last outcome this attempt's fault, not the target's (a
+        `connection_level` kind marked `Outcome.client_side`)?"""
+        o = self.outcome
+        return o is not None and o.client_side and TRAITS[o.kind].connection_level
 
     def before_deadline(self) -> bool:
         """Time is left in the turn for an attempt (`MIN_ATTEMPT` at least): none starts
@@ -510,7 +517,8 @@ class TurnState:
         ti = v.index
         if ti not in self.tried:
             self.tried.append(ti)
-        retry = v.attempts > 0 and not rotated  # a rotation is the key's fault: free
+        # a rotation is the key's fault, a client-side fault the connection's: both free
+        retry = v.attempts > 0 and not rotated and not self.client_side_fault()
         v.attempts += 1
         self.total_attempts = n = self.total_attempts + 1
         self.attempt_started = now = self.at

@@ -87,6 +87,12 @@ class Traits:
     toward `breaker.allowed_failures`.
     `cool_after`: with its rule's `cooldown` on, the target is benched once this many
     turns in a row (no success between) left it on hard faults, this kind the last.
+    `connection_level`: an outcome of this kind marked `Outcome.client_side` (the
+    target answered other attempts while this one was out, or the attempt never
+    reached the network) is laid on this attempt, not on the target: it counts toward
+    no breaker or cooldown, is retried after a backoff rather than recovered from, and
+    the retry takes no retry token (the budget stops retry storms against a target
+    that is down, not retries to one that answers); the checker feeds it both ways.
     `retry_afters`: the checker feeds this kind with each of these values.
     """
 
@@ -103,6 +109,7 @@ class Traits:
     narrows_context: bool = False
     opens_breaker: bool = False
     cool_after: int = 1
+    connection_level: bool = False
     default: Rule = Rule()
     retry_afters: tuple[RetryAfter, ...] = (RetryAfter.ABSENT,)
     examples: str = ""
@@ -134,6 +141,7 @@ _ROWS: Final = (
         # one turn's transport faults may be a moment of the client's own (one that could
         # not be built, regression scenario 1); a second turn in a row means the target
         cool_after=2,
+        connection_level=True,
         default=Rule(retry=True, fall_back=True, cooldown=True),
         examples="read/connect/pool timeout, connection reset, DNS, a cut before the first byte",
     ),

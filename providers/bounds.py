@@ -64,7 +64,14 @@ _MONOTONIC = time.monotonic
 
 
 class AttemptTimeout(TimeoutError):
-    """An attempt ran out of its total time (or a stream out of its idle time)."""
+    """An attempt ran out of its total time (or a stream out of its idle time).
+    `unsent`: it ran out before the attempt's first network operation (the client
+    was busy: under a burst a thousand turns share one event loop), so the target
+    never saw it."""
+
+    def __init__(self, message: str, unsent: bool = False) -> None:
+        super().__init__(message)
+        self.unsent = unsent
 
 
 class BodyTooLarge(MalformedReply):
@@ -78,7 +85,16 @@ class BodyTooLarge(MalformedReply):
 class AttemptBound:
     """The bounds of one attempt in progress (mutable: a stream moves its deadline)."""
 
-    __slots__ = ("deadline", "max_bytes", "phase", "received", "seconds", "tripped")
+    __slots__ = (
+        "deadline",
+        "max_bytes",
+        "phase",
+        "received",
+        "seconds",
+        "touched",
+        "tripped",
+        "unsent",
+    )
 
     def __init__(self, seconds: float, max_bytes: int) -> None:
         #: The limit the deadline was last set from, and what it bounds (for messages).
@@ -89,6 +105,10 @@ class AttemptBound:
         self.received = 0
         #: What ran out: "time", "bytes", or None.
         self.tripped: str | None = None
+        #: A network operation (connect, read, write) has started under this bound.
+        self.touched = False
+        #: The time ran out before any did.
+        self.unsent = False
 
     def idle(self, seconds: float) -> None:
         """From now on, the next event must come within `seconds` (a committed stream)."""
@@ -105,6 +125,12 @@ class AttemptBound:
             return BodyTooLarge(self.max_bytes)
         if self.phase == "idle":
             return AttemptTimeout(f"stream idle for {self.seconds:g} s (stream_idle_timeout)")
+        if self.unsent:
+            return AttemptTimeout(
+                f"attempt exceeded its {self.seconds:g} s total time bound before it "
+                "reached the network",
+                unsent=True,
+            )
         return AttemptTimeout(f"attempt exceeded its {self.seconds:g} s total time bound")
 
 
@@ -184,8 +210,11 @@ def _limit(b: AttemptBound, timeout: float | None, core: Any, exc: str) -> float
     `exc` once the deadline has passed."""
     left = b.deadline - _MONOTONIC()
     if left <= 0:
-        b.tripped = b.tripped or "time"
+        if b.tripped is None:
+            b.tripped = "time"
+            b.unsent = not b.touched
         raise getattr(core, exc)(str(b.error()))
+    b.touched = True
     return left if timeout is None or timeout > left else timeout
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 import anyio
+import attrs
 import openai
 import pydantic
 
@@ -36,6 +37,7 @@ from ..fsm.error_body import parse as parse_error_body
 from ..fsm.errors import MissingCredential
 from ..fsm.redact import redact
 from ..fsm.registry import Provider
+from ..fsm.traits import TRAITS
 from . import transport
 
 __all__ = [
@@ -225,15 +227,27 @@ def classify_openai(
 
 
 def classifier_for(
-    policy: Policy, current: Callable[[], Target | None]
+    policy: Policy,
+    current: Callable[[], Target | None],
+    answered_others: Callable[[Target], bool] | None = None,
 ) -> Callable[[BaseException], Outcome]:
     """`classify_openai` with the quirks of the provider `current()` names (the target
-    of the attempt that just failed)."""
+    of the attempt that just failed). `answered_others(target)`: did the target answer
+    other attempts while this one was out (the pool's view)? It marks the outcome of a
+    `connection_level` kind `Outcome.client_side`, as is a transport fault whose
+    time ran out before it reached the network (`bounds.AttemptTimeout.unsent`)."""
 
     def classify(e: BaseException) -> Outcome:
         target = current()
         provider = None if target is None else policy.provider(target)
-        return classify_openai(e, provider=provider, secrets=policy.secrets())
+        o = classify_openai(e, provider=provider, secrets=policy.secrets())
+        if not TRAITS[o.kind].connection_level:
+            return o
+        if getattr(e, "unsent", False) is True or (
+            answered_others is not None and target is not None and answered_others(target)
+        ):
+            return attrs.evolve(o, client_side=True)
+        return o
 
     return classify
 

@@ -395,7 +395,11 @@ def _drive_options(gate: Any, call: Call, ledger: Ledger, seen: Any) -> dict[str
     """What the sync and the async wrapper hand their driver besides policy and attempt."""
     return {
         "rebuild": functools.partial(gate._pool.rebuild, seen=seen),
-        "classify": classifier_for(call.policy, lambda: ledger.target),
+        "classify": classifier_for(
+            call.policy,
+            lambda: ledger.target,
+            functools.partial(gate._pool.answered_others, seen=seen),
+        ),
         "health": gate.health,
         "on_transition": gate.on_transition,
         "clock": gate.clock,

@@ -249,6 +249,13 @@ class _Pool(Generic[C]):
                 self._ok_at[name] = time.monotonic()
             return self._collect() if self._retired else []
 
+    def answered_others(self, target: Target, seen: Seen) -> bool:
+        """Did `target` answer another attempt since this turn's last lease of it (on
+        its current clients)? Then it is up: a transport fault of this turn's attempt is
+        its connection's (`fsm.Outcome.client_side`)."""
+        name = target.name
+        return self._ok_at.get(name, -math.inf) > seen.leased_at.get(name, math.inf)
+
     def _renew(self, target: Target, seen: Seen | None) -> list[C]:
         """Retire `target`'s clients and build fresh ones for every credential that
         resolves; raises `ClientUnavailable` when the factory fails. With `seen` (the

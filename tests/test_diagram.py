@@ -67,8 +67,8 @@ def test_triggers_between_the_same_two_states_collapse_into_one_edge_with_guards
     assert "[another key free, rotations #lt; keys-1, elapsed #lt; 120s]" in loops[0]
     edges = re.findall(r"^\s+s_primary --> s_primary_transport_backoff : (.*)$", text, re.M)
     assert edges == [
-        "transport<br/>[streak #lt; 2, attempts #lt; 3, not recovered, "
-        "backoff ≤8s fits the 120s deadline, a retry token (of 10) left, not probing]"
+        "transport<br/>[attempts #lt; 3, not recovered, backoff ≤8s fits the 120s deadline, "
+        "not probing#59; streak #lt; 2 and a retry token (of 10) left, or a client-side fault]"
     ]
     # one edge per (source, dest) pair, never two
     pairs = re.findall(r"^\s+(\S+) --> (\S+) :", text, re.M)

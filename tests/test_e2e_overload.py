@@ -12,6 +12,14 @@ rebuilt the clients all the turns shared (1,001 SDK clients for 1,000 turns), ea
 rebuild threw away the warm connections and sent a new wave of connects into the
 overflowing queue, and fallgate answered none of its turns (0 of 1,000 in every run
 here, against 976, 121 and 7 for the bare SDK under different loads).
+
+Then, with the retry budget and the circuit breaker on by default, the first connect
+timeouts of the burst emptied the budget (10 tokens) within milliseconds, the turns
+after them failed without a retry and opened the breaker, which refused every other
+turn: 185, 273 and 239 of 1,000 answered against 1,000 for the SDK. A transport fault
+while the target answered other attempts is now a client-side fault (no token, no
+breaker count, a backoff instead of a recovery): 1,000 of 1,000 in the runs at the
+same load.
 """
 
 from __future__ import annotations
@@ -41,6 +49,15 @@ def test_a_thousand_concurrent_turns_rebuild_once_per_generation_and_answer_like
     # the *client's* CPU as much as the server's queue, and then both mostly time out
     # and the run-to-run spread is large (measured here: 151 vs 64, 178 vs 219,
     # 1000 vs 976): half the SDK's count is the margin that spread needs, and still
-    # fails the engine that rebuilt per turn (it answered none in every run).
+    # fails the engine that rebuilt per turn (it answered none in every run) and the
+    # one that spent retry tokens and breaker counts on client-side faults (185-273 vs
+    # 1000). When the client's own event loop lags past the 4 s attempt timeout before
+    # the target answered anyone (a CPU hog beside the run), no fault is a client-side
+    # fault: the budget and the breaker stop the retries there, as they would for a
+    # target that is down, and this margin is not met (see README "Overload").
     assert fg["answered"] >= bare["answered"] // 2, res
-    assert fg["server_answered"] == fg["answered"], res
+    # Every answer came from a request the server answered. Not every request it
+    # answered reached a turn: on a loaded machine the attempt's total bound runs out
+    # while the lagging loop has the reply unread, and the turn retries (979 answered
+    # for 967 turns, 1175 for 1000, in two loaded runs; the SDK's timeouts do the same).
+    assert fg["answered"] <= fg["server_answered"], res

@@ -177,7 +177,8 @@ def test_a_visit_is_replaced_whole_when_the_turn_moves_on():
 
 
 def test_the_checker_feeds_every_outcome_kind_with_every_abstract_retry_after_of_its_row():
-    """The checker's alphabet is read off the traits table: a kind with a row is fed."""
+    """The checker's alphabet is read off the traits table: a kind with a row is fed, a
+    `connection_level` kind both plain and marked `client_side`."""
     from fallgate.fsm.checker.alphabet import alphabet
     from fallgate.fsm.checker.context import Bounds
 
@@ -186,7 +187,10 @@ def test_the_checker_feeds_every_outcome_kind_with_every_abstract_retry_after_of
     fed = [trigger for trigger, _ in ab.on_attempt]
     assert set(fed) == {k.value for k in OutcomeKind}
     for kind in FAULT_KINDS:
-        assert fed.count(kind.value) == len(TRAITS[kind].retry_afters), kind
+        ways = 2 if TRAITS[kind].connection_level else 1
+        assert fed.count(kind.value) == ways * len(TRAITS[kind].retry_afters), kind
+    marked = [k for k, args in ab.on_attempt if dict(args).get("client_side")]
+    assert marked == [OutcomeKind.TRANSPORT.value]
 
 
 def test_the_checkers_independent_oracle_states_the_same_levels_as_the_traits_table():

@@ -222,3 +222,50 @@ def test_a_hundred_concurrent_recoveries_rebuild_the_shared_client_once(
     assert models == ["b"] * turns
     assert rebuilds == 1, rebuilds
     assert built == 3  # a, a rebuilt once, b
+
+
+def test_a_timeout_while_the_target_answered_another_turn_is_a_connection_fault(
+    fault_server: FaultServer,
+) -> None:
+    """Turn A's first request hangs to its 1 s timeout while turn B is answered: A's
+    fault is marked `client_side` (the pool saw the target answer B since A's
+    lease), so A backs off and retries without a recovery, a retry token or a breaker
+    report, even with the target's retry budget empty (on the engine before this rule:
+    "no retry: the retry budget of primary is empty")."""
+    import asyncio
+
+    from fallgate.fsm import HealthStore, fleet
+    from fallgate.providers import AsyncFallgate
+
+    fault_server.script(
+        {
+            "models": {
+                "a": [{"kind": "timeout", "seconds": 2}, {"kind": "answer"}, {"kind": "answer"}]
+            }
+        }
+    )
+    policy = chain("a", server=fault_server, attempt_timeout=1.0)
+    health = HealthStore()
+    key = policy.targets[0].key
+    for _ in range(int(policy.retry_budget.size)):  # earlier retries drained the budget
+        health._apply(key, lambda r, t: fleet.spend(r, policy), 0.0)
+
+    async def main() -> tuple[list, int]:
+        async with AsyncFallgate(policy, health=health) as gate:
+            a = asyncio.ensure_future(gate.arun(messages=MSG))
+            while not fault_server.requests:  # until A's request is in: the server holds it
+                await asyncio.sleep(0.01)
+            b = await gate.arun(messages=MSG)
+            assert b.value.choices[0].message.content
+            result = await a
+            return list(result.trace), gate.clients.rebuilds
+
+    trace, rebuilds = asyncio.run(main())
+    assert [(e.event, e.action) for e in trace] == [
+        ("start", "Attempt"),
+        ("transport", "Wait"),
+        ("waited", "Attempt"),
+        ("success", "Finish"),
+    ]
+    assert rebuilds == 0
+    assert "fails" not in health.record(key) and health.target_until(key) == 0.0

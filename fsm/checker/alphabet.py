@@ -2,7 +2,8 @@
 
 Finite by construction and read off the traits table (`fsm.traits`): every outcome
 kind, once per abstract Retry-After value its row lists (none, 0, below the cap, above
-the cap), with delivered output when its row says the stream was committed; the
+the cap), with delivered output when its row says the stream was committed, and
+for a `connection_level` kind once more marked `client_side`; the
 host's replies to Wait and Rebuild (on time, or late: after the deadline),
 cancellation anywhere, and a next turn after the
 end of one. A new outcome kind is fed as soon as it has its row.
@@ -61,6 +62,8 @@ def alphabet(policy: Policy, bounds: Bounds) -> Alphabet:
             if t.committed:
                 args["partial"] = PARTIAL
             out.append(step(kind.value, **args))
+            if t.connection_level:  # ... and while the target answered other attempts
+                out.append(step(kind.value, **args, client_side=True))
     cancel = step(CANCELLED)
     on_attempt = (*out, cancel)
     # the host may also answer late: after the deadline (`steps.LATE`)

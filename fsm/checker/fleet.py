@@ -66,6 +66,10 @@ _OUTCOMES: Final = {
     "success": Outcome(OutcomeKind.SUCCESS, status=200, value="answer"),
     "overloaded": Outcome(OutcomeKind.OVERLOADED, status=503, detail="overloaded"),
     "transport": Outcome(OutcomeKind.TRANSPORT, detail="connection reset"),
+    # the same, while the target answered other attempts: no token, no breaker count
+    "transport_client_side": Outcome(
+        OutcomeKind.TRANSPORT, detail="connection reset", client_side=True
+    ),
     "overloaded_retry_after": Outcome(
         OutcomeKind.OVERLOADED, status=503, retry_after=5.0, detail="overloaded"
     ),

@@ -81,6 +81,7 @@ def outcome_for(trigger: str, args: Mapping[str, Any]) -> Outcome | None:
         retry_after=args.get("retry_after"),
         detail=kind.value,
         partial=args.get("partial"),
+        client_side=bool(args.get("client_side", False)),
     )
 
 
