@@ -125,8 +125,9 @@ def _bench_key(s: TurnState, o: Outcome) -> None:
     nb = v.key_not_before
     nb[cred.id] = max(nb.get(cred.id, 0.0), until)
     if rule.cooldown:
-        if s.health.cool_credential(s.target.key, cred.health_id, until, now) == until:
-            s.health.note_cause(s.target.key, o.cause, until, cred.health_id)
+        key = v.target.key
+        if s.health.cool_credential(key, cred.health_id, until, now) == until:
+            s.health.note_cause(key, o.cause, until, cred.health_id)
 
 
 def _hold_target(s: TurnState, o: Outcome) -> None:
@@ -196,7 +197,7 @@ def may_retry(s: TurnState) -> bool:
     """A retry on the current target is allowed by the fleet: it is not a half-open
     target's probe (a probe gets one attempt), and its retry budget has a token."""
     v = s.visit
-    return not v.probe and s.health.retry_tokens(v.target.key, s.policy) >= 1.0  # type: ignore[union-attr]
+    return not v.probe and s.health.retry_tokens(v.target.key, s.policy) >= 1.0
 
 
 def _transport_retry(s: TurnState, arg: int) -> bool:
@@ -235,7 +236,7 @@ def _can_rotate(s: TurnState, arg: int) -> bool:
     v = s.visit
     cur = v.credential.id if v.credential is not None else None
     return (
-        v.rotations < len(s.target.pool()) - 1
+        v.rotations < len(v.target.pool()) - 1
         and s.before_deadline()
         and s.free_credential(exclude=cur) is not None
     )
@@ -385,7 +386,7 @@ def leave(s: TurnState) -> None:
     if v.index < 0:
         return
     o = s.outcome
-    t = s.target
+    t = v.target
     s.reasons[t.name] = (v.attempts, o) if s.denial is None or o is not None else s.denial
     if o is not None and TRAITS[o.kind].level is Level.TARGET and s.policy.rule(o.kind).cooldown:
         at_once = TRAITS[o.kind].opens_breaker
@@ -473,7 +474,7 @@ def _finish(s: TurnState, arg: int) -> Action:
     o = s.outcome
     v = s.visit
     if v.index >= 0 and v.credential is not None:
-        s.health.succeeded(s.target.key, v.credential.health_id, s.policy, s.at)
+        s.health.succeeded(v.target.key, v.credential.health_id, s.policy, s.at)
     return Finish(o.value if o is not None else None)
 
 
