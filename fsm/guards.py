@@ -123,7 +123,8 @@ def _bench_key(s: TurnState, o: Outcome) -> None:
     now = s.at
     until = now + span
     nb = v.key_not_before
-    nb[cred.id] = max(nb.get(cred.id, 0.0), until)
+    held = nb.get(cred.id, 0.0)
+    nb[cred.id] = held if held > until else until
     if rule.cooldown:
         key = v.target.key
         if s.health.cool_credential(key, cred.health_id, until, now) == until:

@@ -157,7 +157,7 @@ class HealthStore:
                 u = benched.get((target, c.health_id), 0.0)
                 if u < soonest:
                     soonest = u
-        return max(at, soonest)
+        return at if at > soonest else soonest
 
     def half_open(self, target: TargetKey, now: float) -> bool:
         r = self._targets.get(target)

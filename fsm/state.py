@@ -339,10 +339,9 @@ class TurnState:
     def key_free_at(self, c: Credential) -> float:
         """When credential `c` of the current target may next be used."""
         v = self.visit
-        return max(
-            self.health.credential_until(v.target.key, c.health_id),
-            v.key_not_before.get(c.id, 0.0),
-        )
+        benched = self.health.credential_until(v.target.key, c.health_id)
+        held = v.key_not_before.get(c.id, 0.0)
+        return benched if benched > held else held  # not max(): every attempt asks
 
     def free_credential(self, exclude: str | None = None) -> Credential | None:
         """First usable credential of the current target, in pool order."""
@@ -467,7 +466,7 @@ class TurnState:
 
     def backoff_ceiling(self, n: int) -> float:
         b = self.policy.backoff
-        return exp_cap(b.initial, b.multiplier, b.cap, max(0, n))
+        return exp_cap(b.initial, b.multiplier, b.cap, n)  # n < 0 counts as 0
 
     def describe(self, o: Outcome | None) -> str:
         if o is None:

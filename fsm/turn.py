@@ -223,6 +223,10 @@ class _TurnBase:
             decl,
             first,
         )
+        self._ready()
+
+    def _ready(self) -> None:
+        """The executor's own setup, once the turn state exists."""
 
     def _fire(self, trigger: str, outcome: Outcome | None) -> Action:
         raise NotImplementedError
@@ -290,8 +294,9 @@ class _TurnBase:
 class Turn(_TurnBase):
     """One turn on the compiled table (the default executor)."""
 
-    def __init__(self, policy: Policy, **kw: Any) -> None:
-        super().__init__(policy, **kw)
+    _table: Compiled
+
+    def _ready(self) -> None:
         self._table = _compiled(self.s.decl)
 
     def _fire(self, trigger: str, outcome: Outcome | None) -> Action:
@@ -323,8 +328,7 @@ class Turn(_TurnBase):
 class TransitionsTurn(_TurnBase):
     """One turn on a real `transitions.Machine` (built once per declaration, shared)."""
 
-    def __init__(self, policy: Policy, **kw: Any) -> None:
-        super().__init__(policy, **kw)
+    def _ready(self) -> None:
         self._machine, self._lock = _transitions_machine(self.s.decl)
         self._model = _Model(self.s)
         with self._lock:
