@@ -204,11 +204,11 @@ def may_retry(s: TurnState) -> bool:
 def _transport_retry(s: TurnState, arg: int) -> bool:
     p = s.policy
     v = s.visit
-    return (
-        may_retry(s)
-        and not v.recovered
+    return (  # the turn's own counts first: the store is asked only when they allow it
+        not v.recovered
         and v.streak < p.transport_faults_before_recovery
         and v.attempts < p.max_attempts
+        and may_retry(s)
         and s.fits_deadline(s.backoff_ceiling(v.streak - 1))
     )
 
