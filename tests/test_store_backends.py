@@ -206,9 +206,13 @@ def test_processes_sharing_the_store_lose_no_increment(shared_store) -> None:
         subprocess.Popen([sys.executable, "-c", WORKER, url, "150"], stderr=subprocess.PIPE)
         for _ in range(6)
     ]
-    for p in procs:
-        _, err = p.communicate(timeout=60)
-        assert p.returncode == 0, err.decode()
+    try:
+        errors = [p.communicate(timeout=60)[1].decode() for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert [p.returncode for p in procs] == [0] * 6, "\n".join(errors)
     assert count(make(), "k") == 900
 
 
@@ -244,6 +248,22 @@ def test_redis_reruns_update_on_a_conflict_with_the_fresh_records(
     records, _ = a.transact(["k"], update, ttl=60)
     assert seen == [1, 2]  # first on a's stale view, then again on what b wrote
     assert records["k"] is not None and records["k"]["n"] == 3
+
+
+def test_redis_a_conflict_on_every_try_gives_up_after_its_time_bound_naming_it(
+    redis_server, redis_backend) -> None:
+    """Contention is bounded in time (4 command timeouts), then it is an unavailable store."""
+    a, b = redis_backend(timeout=0.05), redis_backend()
+    a.transact(["k"], increment("k"), ttl=60)
+
+    def update(records: Records, now: float) -> Records:
+        b.transact(["k"], increment("k"), ttl=60)  # another writer wins every race
+        return increment("k")(records, now)
+
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match=r"changed the same records on every try for 0\.2 s"):
+        a.transact(["k"], update, ttl=60)
+    assert 0.2 <= time.monotonic() - started < 2.0
 
 
 def test_redis_common_case_is_one_round_trip(
@@ -372,6 +392,40 @@ def test_sqlite_a_lock_held_past_the_busy_timeout_is_store_unavailable(tmp_path:
     holder.close()
     backend.transact(["k"], increment("k"), ttl=60)
     assert count(backend, "k") == 1
+
+
+@pytest.mark.parametrize(
+    ("journal", "lock"),
+    [
+        # another worker still reading the new file: SQLite refuses the switch to WAL at
+        # once, without its busy handler
+        ("delete", "SELECT * FROM other"),
+        ("delete", "INSERT INTO other VALUES (1)"),
+        ("wal", "INSERT INTO other VALUES (1)"),
+    ],
+)
+def test_sqlite_opening_waits_for_a_lock_held_briefly_by_another_process(
+    tmp_path: Path, journal: str, lock: str
+) -> None:
+    """Workers that start together open one file: opening waits out a short lock, then works."""
+    import sqlite3
+
+    path = tmp_path / "health.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute(f"PRAGMA journal_mode={journal}")
+    holder.execute("CREATE TABLE other (x)")
+    holder.execute("BEGIN")
+    holder.execute(lock).fetchall()
+    timer = threading.Timer(0.3, lambda: holder.execute("COMMIT"))
+    timer.start()
+    try:
+        backend = SQLiteBackend(path, busy_timeout=5.0)
+    finally:
+        timer.join()
+        holder.close()
+    backend.transact(["k"], increment("k"), ttl=60)
+    assert count(backend, "k") == 1
+    backend.close()
 
 
 def test_sqlite_a_file_in_a_missing_folder_is_refused_naming_it(tmp_path: Path) -> None:

@@ -19,7 +19,9 @@ password; the next call after `reconnect_after` seconds tries again.
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -64,9 +66,10 @@ end
 return {1, now[1], now[2], unpack(current, 1, n)}
 """
 
-#: How many conflicts in a row before a transact gives up (another writer is racing on
-#: every try: far beyond any real contention on a handful of health records).
-_MAX_TRIES = 64
+#: Conflicts in a row that retry at once; later ones first wait a jittered, growing
+#: pause, so a process writing in a tight loop cannot starve the others.
+_EAGER_TRIES = 3
+_PAUSE_CAP = 0.02
 
 T = TypeVar("T")
 
@@ -116,6 +119,8 @@ class RedisBackend:
         self._offset: float | None = None
         self._down_until = 0.0
         self._reconnect_after = reconnect_after
+        # contention is bounded in time like any command: 4 command timeouts at most
+        self._conflict_budget = 4 * timeout
 
     # -- the protocol ---------------------------------------------------------------------
     def transact(self, keys: Sequence[str], update: Update, ttl: float) -> tuple[Records, float]:
@@ -130,7 +135,12 @@ class RedisBackend:
         versions = [("0" if s is None else s[0]) for s in seen.values()]
         # never heard the server's clock (or it restarted): one read first, to learn it
         reading = offset is None
-        for _ in range(_MAX_TRIES):
+        give_up = time.monotonic() + self._conflict_budget
+        for tries in itertools.count():
+            if tries >= _EAGER_TRIES:
+                if time.monotonic() >= give_up:
+                    break
+                time.sleep(random.uniform(0, min(_PAUSE_CAP, 0.0005 * 2 ** (tries - _EAGER_TRIES))))
             if reading:
                 now, versions, writes = 0.0, ["?"] * len(keys), [""] * len(keys)
             else:
@@ -153,7 +163,10 @@ class RedisBackend:
                 return records, now
             reading = False
             versions = [("0" if f is None else f[0]) for f in fresh]
-        raise StoreUnavailable(f"{self.url}: {_MAX_TRIES} conflicting writers in a row")
+        raise StoreUnavailable(
+            f"{self.url}: other writers changed the same records on every try for"
+            f" {self._conflict_budget:g} s"
+        )
 
     def scan(self) -> tuple[Records, float]:
         def run() -> tuple[Records, float]:

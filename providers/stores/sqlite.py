@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -50,26 +51,55 @@ class SQLiteBackend:
             self._connect()
 
     def _connect(self) -> sqlite3.Connection:
-        """The open connection of this process (a child after fork opens its own)."""
+        """The open connection of this process (a child after fork opens its own).
+
+        Processes that open a new file together race to switch it to WAL and create the
+        table; SQLite answers some of those steps "locked" at once, without its busy
+        handler, so opening retries them (with jitter) until `busy_timeout` has passed.
+        """
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
-        try:
-            conn = sqlite3.connect(
-                self.path, timeout=self._busy_timeout, isolation_level=None,
-                check_same_thread=False,
-            )
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"{self.url}: cannot open the health store: {e}") from None
-        try:
+        deadline = time.monotonic() + self._busy_timeout
+        pause = 0.005
+        while True:
+            conn: sqlite3.Connection | None = None
+            try:
+                conn = sqlite3.connect(
+                    self.path, timeout=self._busy_timeout, isolation_level=None,
+                    check_same_thread=False,
+                )
+                self._prepare(conn)
+            except sqlite3.Error as e:
+                if conn is not None:
+                    conn.close()
+                if _is_busy(e) and time.monotonic() < deadline:
+                    time.sleep(random.uniform(0, pause))
+                    pause = min(pause * 2, 0.1)
+                    continue
+                raise StoreUnavailable(f"{self.url}: cannot open the health store: {e}") from None
+            self._conn, self._pid = conn, os.getpid()
+            return conn
+
+    @staticmethod
+    def _prepare(conn: sqlite3.Connection) -> None:
+        """WAL mode and the table, each step taken only when the file still needs it."""
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
             conn.execute("PRAGMA journal_mode=WAL")
-            # health facts are advisory: a power cut may lose the last commits, never corrupt
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(_SCHEMA)
-        except sqlite3.Error as e:
-            conn.close()
-            raise StoreUnavailable(f"{self.url}: cannot open the health store: {e}") from None
-        self._conn, self._pid = conn, os.getpid()
-        return conn
+        # health facts are advisory: a power cut may lose the last commits, never corrupt
+        conn.execute("PRAGMA synchronous=NORMAL")
+        exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'fallgate_health'"
+        if conn.execute(exists).fetchone():
+            return  # a reader never waits for a writer's lock
+        # BEGIN IMMEDIATE takes the write lock through the busy handler, not by upgrade
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            SQLiteBackend._rollback(conn)
+            raise
 
     def transact(self, keys: Sequence[str], update: Update, ttl: float) -> tuple[Records, float]:
         keys = list(dict.fromkeys(keys))
@@ -164,3 +194,9 @@ class SQLiteBackend:
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({self.url!r})"
+
+
+def _is_busy(error: sqlite3.Error) -> bool:
+    """Another connection holds the lock for now (worth another try)."""
+    text = str(error).lower()
+    return "locked" in text or "busy" in text
