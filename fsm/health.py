@@ -142,7 +142,8 @@ class HealthStore:
         """When `target` is next free for turn `owner`: the end of its open span, of another
         turn's probe lease on it and of the soonest cooldown among its keys `pool` (0: now).
         One call for what `target_until`, `lease_until` and `credential_until` say (a
-        fallback asks it of every later target)."""
+        fallback asks it of every later target): a store that overrides those overrides
+        this too."""
         at = 0.0
         r = self._targets.get(target)
         if r:
