@@ -123,10 +123,12 @@ def _bench_key(s: TurnState, o: Outcome) -> None:
     now = s.at
     until = now + span
     nb = v.key_not_before
-    nb[cred.id] = max(nb.get(cred.id, 0.0), until)
+    held = nb.get(cred.id, 0.0)
+    nb[cred.id] = held if held > until else until
     if rule.cooldown:
-        if s.health.cool_credential(s.target.key, cred.health_id, until, now) == until:
-            s.health.note_cause(s.target.key, o.cause, until, cred.health_id)
+        key = v.target.key
+        if s.health.cool_credential(key, cred.health_id, until, now) == until:
+            s.health.note_cause(key, o.cause, until, cred.health_id)
 
 
 def _hold_target(s: TurnState, o: Outcome) -> None:
@@ -197,21 +199,22 @@ def may_retry(s: TurnState) -> bool:
     target's probe (a probe gets one attempt), and its retry budget has a token, or the
     retry needs none (a client-side fault: not the target's)."""
     v = s.visit
-    if v.probe:
-        return False
-    return s.client_side_fault() or s.health.retry_tokens(v.target.key, s.policy) >= 1.0  # type: ignore[union-attr]
+    return not v.probe and (
+        s.client_side_fault() or s.health.retry_tokens(v.target.key, s.policy) >= 1.0
+    )
 
 
 def _transport_retry(s: TurnState, arg: int) -> bool:
     p = s.policy
     v = s.visit
-    # a client-side fault (not the target's) is retried after a backoff, never
-    # recovered from: the client works, rebuilding it would not help
+    # the turn's own counts first: the store is asked only when they allow it; a
+    # client-side fault (not the target's) is retried after a backoff, never recovered
+    # from: the client works, rebuilding it would not help
     return (
-        may_retry(s)
-        and not v.recovered
+        not v.recovered
         and (v.streak < p.transport_faults_before_recovery or s.client_side_fault())
         and v.attempts < p.max_attempts
+        and may_retry(s)
         and s.fits_deadline(s.backoff_ceiling(v.streak - 1))
     )
 
@@ -242,7 +245,7 @@ def _can_rotate(s: TurnState, arg: int) -> bool:
     v = s.visit
     cur = v.credential.id if v.credential is not None else None
     return (
-        v.rotations < len(s.target.pool()) - 1
+        v.rotations < len(v.target.pool()) - 1
         and s.before_deadline()
         and s.free_credential(exclude=cur) is not None
     )
@@ -397,7 +400,7 @@ def leave(s: TurnState) -> None:
     if v.index < 0:
         return
     o = s.outcome
-    t = s.target
+    t = v.target
     s.reasons[t.name] = (v.attempts, o) if s.denial is None or o is not None else s.denial
     if (
         o is not None
@@ -490,7 +493,7 @@ def _finish(s: TurnState, arg: int) -> Action:
     o = s.outcome
     v = s.visit
     if v.index >= 0 and v.credential is not None:
-        s.health.succeeded(s.target.key, v.credential.health_id, s.policy, s.at)
+        s.health.succeeded(v.target.key, v.credential.health_id, s.policy, s.at)
     return Finish(o.value if o is not None else None)
 
 

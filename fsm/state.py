@@ -72,9 +72,9 @@ class Visit:
     )
     NOT_KEYED: Final[dict[str, str]] = {"target": "the chain entry at `index` (keyed by it)"}
 
-    def __init__(self, index: int, pool_start: int = 0, target: Target | None = None) -> None:
+    def __init__(self, index: int, pool_start: int, target: Target) -> None:
         self.index = index  # the target's position in the chain
-        self.target = target  # ... and the entry there (read on every attempt: kept at hand)
+        self.target = target  # ... and the entry there (read on every event: kept at hand)
         self.credential: Credential | None = None  # the key of the last attempt
         self.attempts = 0  # attempts on this target in this turn
         self.streak = 0  # consecutive transport faults
@@ -133,7 +133,7 @@ class Visit:
 #: The visit of a turn that has not entered a target yet. Shared (one allocation less per
 #: turn, which the core bench's happy turn shows); never mutated: only outcomes mutate a
 #: visit, and no outcome is declared before the first attempt.
-NOWHERE: Final = Visit(-1)
+NOWHERE: Final = Visit(-1, 0, None)  # type: ignore[arg-type]  # no target: index -1
 
 
 class TurnState:
@@ -346,15 +346,14 @@ class TurnState:
     def key_free_at(self, c: Credential) -> float:
         """When credential `c` of the current target may next be used."""
         v = self.visit
-        return max(
-            self.health.credential_until(v.target.key, c.health_id),  # type: ignore[union-attr]
-            v.key_not_before.get(c.id, 0.0),
-        )
+        benched = self.health.credential_until(v.target.key, c.health_id)
+        held = v.key_not_before.get(c.id, 0.0)
+        return benched if benched > held else held  # not max(): every attempt asks
 
     def free_credential(self, exclude: str | None = None) -> Credential | None:
         """First usable credential of the current target, in pool order."""
         v = self.visit
-        t = self.target
+        t = v.target
         pool = t.pool()
         now = self.at
         size = len(pool)
@@ -373,7 +372,7 @@ class TurnState:
         """When the current target can next be called, and with which credential."""
         v = self.visit
         best: tuple[float, Credential | None] = (math.inf, None)
-        t = self.target
+        t = v.target
         floor = max(v.not_before, self.health.target_until(t.key))
         pool = t.pool()
         size = len(pool)
@@ -390,9 +389,7 @@ class TurnState:
         """When target `j` (any key of it) is next free in the health store: its open
         span, another turn's probe lease on it, its soonest free key."""
         t = self.policy.targets[j]
-        h = self.health
-        creds = min(h.credential_until(t.key, c.health_id) for c in t.pool())
-        return max(h.target_until(t.key), h.lease_until(t.key, self.owner), creds)
+        return self.health.ready_at(t.key, t.pool(), self.owner)
 
     def ineligible(self, j: int, now: float) -> str | None:
         """Why target j cannot be entered now (None if it can). A target of unknown
@@ -476,7 +473,7 @@ class TurnState:
 
     def backoff_ceiling(self, n: int) -> float:
         b = self.policy.backoff
-        return exp_cap(b.initial, b.multiplier, b.cap, max(0, n))
+        return exp_cap(b.initial, b.multiplier, b.cap, n)  # n < 0 counts as 0
 
     def describe(self, o: Outcome | None) -> str:
         if o is None:
@@ -512,7 +509,7 @@ class TurnState:
             if cur is not None and cur.id not in v.spent and self.key_free_at(cur) <= self.at:
                 cred = cur
             else:
-                cred = self.free_credential() or self.earliest_free()[1] or self.target.pool()[0]
+                cred = self.free_credential() or self.earliest_free()[1] or v.target.pool()[0]
         v.credential = cred
         ti = v.index
         if ti not in self.tried:
@@ -528,7 +525,7 @@ class TurnState:
         # left >= MIN_ATTEMPT: every edge into an attempt checks the deadline (a host's wait
         # that overslept it, the one exception, gets the shortest attempt, cut at once).
         timeout = p.attempt_timeout if p.attempt_timeout <= left else max(MIN_ATTEMPT, left)
-        probe = self.health.half_open(v.target.key, now)  # type: ignore[union-attr]
+        probe = self.health.half_open(v.target.key, now)
         if probe:
             v.probe = True
         return Attempt(p.targets[ti], cred, timeout, n, probe, retry)

@@ -12,7 +12,6 @@ source are injected.
 
 from __future__ import annotations
 
-import functools
 import random as _random
 import threading
 from collections.abc import Callable, Mapping
@@ -70,15 +69,28 @@ def apply(
     trigger: str,
     run: Callable[[TurnState, int], Action] | None = None,
 ) -> Action:
-    """Take transition `t`: move, run its effect, record the trace event.
+    """Take transition `t`: move, run its effect, record the trace event."""
+    return take(s, t.source, t.dest, t.arg, trigger, run or t.effect.run)
+
+
+def take(
+    s: TurnState,
+    source: str,
+    dest: str,
+    arg: int,
+    trigger: str,
+    run: Callable[[TurnState, int], Action],
+) -> Action:
+    """Take the edge `source` -> `dest` (its effect `run`, about target `arg`): move, run
+    the effect, record the trace event.
 
     The event is recorded as a plain tuple and only turned into a `TraceEvent`
     when someone looks (a hook, `trace`, a failure): most turns never pay for it.
     """
-    s.state = t.dest
+    s.state = dest
     # the transition ends a request when the last action was an attempt that went out
     sent = s.at - s.attempt_started if type(s.action) is Attempt and trigger != DENIED else None
-    action = (run or t.effect.run)(s, t.arg)
+    action = run(s, arg)
     s.action = action
     s.seq = seq = s.seq + 1
     v = s.visit
@@ -87,9 +99,9 @@ def apply(
         (
             seq,
             s.at - s.started,
-            t.source,
+            source,
             trigger,
-            t.dest,
+            dest,
             action,
             v.index,
             v.credential,
@@ -152,28 +164,31 @@ def trace_event(s: TurnState, raw: tuple[Any, ...]) -> TraceEvent:
 
 
 Observer = Callable[[TurnState, Outcome], None]
-#: (check, its argument, the edge or fan-out, the effect): a fan-out's argument is itself.
-Candidate = tuple[Callable[..., bool] | None, Any, Transition | FanOut, Callable[..., Action]]
+#: A compiled fan-out: does it have an edge to target j, and every target's destination.
+Fan = tuple[Callable[[int], bool], tuple[str, ...]]
+#: One way out of a (state, trigger), tried in declared order: (check, its argument,
+#: destination, effect, None) for an edge, taken when ``check(s, arg)`` holds (no check:
+#: always); (pick, -1, "", effect, fan) for a fan-out whose guard picks its target,
+#: taken to ``dests[j]`` when the fan has an edge to ``j = pick(s)``.
+Candidate = tuple[Callable[..., Any] | None, int, str, Callable[..., Action], Fan | None]
 Compiled = dict[tuple[str, str], tuple[tuple[Observer, ...], tuple[Candidate, ...]]]
 
 
-@functools.cache  # one per pick, shared by every fan-out of its guard
-def _picked(pick: Callable[[TurnState], int]) -> Callable[[TurnState, FanOut], bool]:
-    """A fan-out's check: does its guard pick one of the fan-out's targets?"""
-
-    def check(s: TurnState, fan: FanOut) -> bool:
-        return fan.covers(pick(s))
-
-    return check
+def _fan(fan: FanOut) -> Fan:
+    """A fan-out as its membership test and destinations: no `Transition` is built per
+    call (`FanOut.edge`), and over a range the test is C (`range.__contains__`)."""
+    among = fan.among
+    covers = among[fan.lo : fan.hi].__contains__ if isinstance(among, range) else fan.covers
+    return covers, fan.dests
 
 
 def _candidates(t: Transition | FanOut) -> list[Candidate]:
     if isinstance(t, FanOut):
         pick = pick_of(t.guard)
         if pick is not None:  # one candidate for the whole fan-out: ask the pick once
-            return [(_picked(pick), t, t, t.effect.run)]
+            return [(pick, -1, "", t.effect.run, _fan(t))]
         return [c for e in t.edges() for c in _candidates(e)]
-    return [(t.guard.check if t.guard else None, t.arg, t, t.effect.run)]
+    return [(t.guard.check if t.guard else None, t.arg, t.dest, t.effect.run, None)]
 
 
 def compile_table(decl: Declaration) -> Compiled:
@@ -191,13 +206,6 @@ def compile_table(decl: Declaration) -> Compiled:
         )
         for (source, trigger), group in groups.items()
     }
-
-
-def _edge(s: TurnState, fan: FanOut) -> Transition:
-    """The edge of a compiled fan-out taken now: to the target its guard picks."""
-    pick = pick_of(fan.guard)
-    assert pick is not None
-    return fan.edge(pick(s))
 
 
 def _compiled(decl: Declaration) -> Compiled:
@@ -249,6 +257,10 @@ class _TurnBase:
             decl,
             first,
         )
+        self._ready()
+
+    def _ready(self) -> None:
+        """The executor's own setup, once the turn state exists."""
 
     def _fire(self, trigger: str, outcome: Outcome | None) -> Action:
         raise NotImplementedError
@@ -316,8 +328,9 @@ class _TurnBase:
 class Turn(_TurnBase):
     """One turn on the compiled table (the default executor)."""
 
-    def __init__(self, policy: Policy, **kw: Any) -> None:
-        super().__init__(policy, **kw)
+    _table: Compiled
+
+    def _ready(self) -> None:
         self._table = _compiled(self.s.decl)
 
     def _fire(self, trigger: str, outcome: Outcome | None) -> Action:
@@ -333,19 +346,23 @@ class Turn(_TurnBase):
             s.outcome = outcome
             for ob in observers:
                 ob(s, outcome)
-        for check, arg, t, run in candidates:
-            if check is None or check(s, arg):
-                if type(t) is FanOut:
-                    t = _edge(s, t)
-                return apply(s, t, trigger, run)  # type: ignore[arg-type]
+        source = s.state
+        for check, arg, dest, run, fan in candidates:
+            if fan is None:
+                if check is None or check(s, arg):
+                    return take(s, source, dest, arg, trigger, run)
+            else:
+                j = check(s)  # type: ignore[misc]
+                covers, dests = fan
+                if covers(j):
+                    return take(s, source, dests[j], j, trigger, run)
         raise AssertionError("unreachable: every group ends with an unguarded transition")
 
 
 class TransitionsTurn(_TurnBase):
     """One turn on a real `transitions.Machine` (built once per declaration, shared)."""
 
-    def __init__(self, policy: Policy, **kw: Any) -> None:
-        super().__init__(policy, **kw)
+    def _ready(self) -> None:
         self._machine, self._lock = _transitions_machine(self.s.decl)
         self._model = _Model(self.s)
         with self._lock:
