@@ -33,7 +33,7 @@ from ..fsm import otel as _otel
 from ..fsm.actions import Attempt
 from ..fsm.clock import Clock
 from ..fsm.turn import Hook
-from .bounds import abounded, attempt_bound, bounded, is_instrumented
+from .bounds import abounded, attempt_bound, bounded
 from .calls import CHAT_CREATE, Call, Op, prepare
 from .chain import Chains
 from .classify import classifier_for
@@ -351,11 +351,11 @@ class AsyncFallgate(_Base):
         async def attempt(a: Attempt) -> Any:
             ledger.begin(a)
             try:
-                async with self._pool.lease(a.target, a.credential, seen) as client:
+                lease = self._pool.lease(a.target, a.credential, seen)
+                async with lease as client:
                     # bounded from here: building a client is not the server's time;
                     # asyncio.timeout too where the socket is not bounded (`instrument`)
-                    backstop = not is_instrumented(client)
-                    async with abounded(attempt_bound(call.policy, a), backstop=backstop):
+                    async with abounded(attempt_bound(call.policy, a), backstop=not lease.bounded):
                         reply = await call.op.bind(self._configured(client))(
                             **call.sdk_kwargs(a, self._timeout)
                         )
