@@ -325,7 +325,7 @@ class _Lease(Generic[C]):
     A class rather than a generator-based context manager: one per attempt, on the
     hot path of every turn (`bench.throughput`)."""
 
-    __slots__ = ("_cred", "_entry", "_pool", "_seen", "_target")
+    __slots__ = ("_cred", "_entry", "_pool", "_seen", "_target", "bounded")
 
     def __init__(self, pool: _Pool[C], target: Target, cred: Credential, seen: Seen | None):
         self._pool = pool
@@ -333,15 +333,13 @@ class _Lease(Generic[C]):
         self._cred = cred
         self._seen = seen
         self._entry: _Entry[C] | None = None
-
-    @property
-    def bounded(self) -> bool:
-        """Do the leased client's requests obey the attempt bounds at the socket?"""
-        return self._entry is not None and self._entry.bounded
+        #: Once entered: do the client's requests obey the attempt bounds at the socket?
+        self.bounded = False
 
     def _take(self) -> tuple[C, list[C]]:
         entry, stale = self._pool._acquire(self._target, self._cred, self._seen)
         self._entry = entry
+        self.bounded = entry.bounded
         return entry.client, stale
 
     def _give_back(self, ok: bool) -> list[C]:

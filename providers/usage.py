@@ -136,7 +136,8 @@ class Ledger:
         """What the current attempt reported (the latest report wins: some providers
         send running totals)."""
         if usage is not None and self.attempts:
-            self.attempts[-1] = self.attempts[-1]._replace(usage=usage)
+            target, model, _ = self.attempts[-1]
+            self.attempts[-1] = AttemptUsage(target, model, usage)
 
     @property
     def usage(self) -> Usage | None:
