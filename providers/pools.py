@@ -336,39 +336,33 @@ class _Lease(Generic[C]):
         #: Once entered: do the client's requests obey the attempt bounds at the socket?
         self.bounded = False
 
-    def _take(self) -> tuple[C, list[C]]:
-        entry, stale = self._pool._acquire(self._target, self._cred, self._seen)
-        self._entry = entry
-        self.bounded = entry.bounded
-        return entry.client, stale
-
-    def _give_back(self, ok: bool) -> list[C]:
-        assert self._entry is not None
-        return self._pool._let_go(self._entry, self._target.name, ok)
-
 
 class _SyncLease(_Lease[openai.OpenAI]):
     def __enter__(self) -> openai.OpenAI:
-        client, stale = self._take()
+        entry, stale = self._pool._acquire(self._target, self._cred, self._seen)
+        self._entry, self.bounded = entry, entry.bounded
         if stale:
             _close_sync(stale)
-        return client
+        return entry.client
 
     def __exit__(self, et: type[BaseException] | None, *_: object) -> None:
-        stale = self._give_back(et is None)
+        assert self._entry is not None
+        stale = self._pool._let_go(self._entry, self._target.name, et is None)
         if stale:
             _close_sync(stale)
 
 
 class _AsyncLease(_Lease[openai.AsyncOpenAI]):
     async def __aenter__(self) -> openai.AsyncOpenAI:
-        client, stale = self._take()
+        entry, stale = self._pool._acquire(self._target, self._cred, self._seen)
+        self._entry, self.bounded = entry, entry.bounded
         if stale:
             await _close_async(stale)
-        return client
+        return entry.client
 
     async def __aexit__(self, et: type[BaseException] | None, *_: object) -> None:
-        stale = self._give_back(et is None)
+        assert self._entry is not None
+        stale = self._pool._let_go(self._entry, self._target.name, et is None)
         if stale:
             await _close_async(stale)
 
