@@ -27,10 +27,10 @@ from helpers import chain
 MSG = [{"role": "user", "content": "hi"}]
 TURNS = 20
 #: Python calls (and coroutine resumptions) a turn may add to the bare SDK's ~3,600:
-#: the engine, the adapter and the attempt bounds, ~135 here (~160 while the asyncio
+#: the engine, the adapter and the attempt bounds, ~130 here (150-160 while the asyncio
 #: host loop was an async generator, a lease a generator-based manager, and a call
 #: built a GateResult nobody asked for).
-EXTRA_CALLS = 150
+EXTRA_CALLS = 145
 
 
 @pytest.fixture(scope="module")
