@@ -221,8 +221,9 @@ async def ahost_run(
     that returns the Finish or Fail. (Not a generator: an async generator per turn sits
     between the caller and every resumption of the SDK, and costs its own bookkeeping.)"""
     if _otel.ACTIVE is not None:
-        turn, attempt = _otel.ACTIVE.aobserve(turn, attempt, telemetry)
-    assert attempt is not None
+        turn, observed = _otel.ACTIVE.aobserve(turn, attempt, telemetry)
+        assert observed is not None  # given an attempt, it hands back its wrapper
+        attempt = observed
     steps = _AsyncSteps(turn, clock, rebuild)
     action = await steps.begin()
     try:

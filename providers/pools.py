@@ -328,7 +328,7 @@ class _Lease(Generic[C]):
     __slots__ = ("_cred", "_entry", "_pool", "_seen", "_target", "bounded")
 
     def __init__(self, pool: _Pool[C], target: Target, cred: Credential, seen: Seen | None):
-        self._pool = pool
+        self._pool: _Pool[C] = pool
         self._target = target
         self._cred = cred
         self._seen = seen
@@ -343,7 +343,8 @@ class _SyncLease(_Lease[openai.OpenAI]):
         self._entry, self.bounded = entry, entry.bounded
         if stale:
             _close_sync(stale)
-        return entry.client
+        client: openai.OpenAI = entry.client
+        return client
 
     def __exit__(self, et: type[BaseException] | None, *_: object) -> None:
         assert self._entry is not None
@@ -358,7 +359,8 @@ class _AsyncLease(_Lease[openai.AsyncOpenAI]):
         self._entry, self.bounded = entry, entry.bounded
         if stale:
             await _close_async(stale)
-        return entry.client
+        client: openai.AsyncOpenAI = entry.client
+        return client
 
     async def __aexit__(self, et: type[BaseException] | None, *_: object) -> None:
         assert self._entry is not None
