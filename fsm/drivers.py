@@ -1,8 +1,8 @@
 """Thin drivers: carry out the core's actions with real I/O on a `Clock`.
 
 `run` (sync) and `arun` (asyncio) have the same semantics and share the core
-and the host loop (`fsm.host`): attempt -> classify -> feed; wait -> sleep on
-the clock -> waited; rebuild -> rebuilt. Cancellation (asyncio) and
+and the host loop (`fsm.host`; `ahost_run` for asyncio): attempt -> classify ->
+feed; wait -> sleep on the clock -> waited; rebuild -> rebuilt. Cancellation (asyncio) and
 KeyboardInterrupt end the turn in `aborted` and are re-raised. Without
 ``clock=`` a turn runs on `fsm.clock.default_clock()`: the system clock, or
 the virtual clock of an active `instant_waits()` block.
@@ -20,7 +20,7 @@ from .actions import Action, Attempt, Fail, Finish
 from .classify import classify_exception
 from .clock import Clock, default_clock, steady
 from .health import HealthStore
-from .host import ahost_loop, host_loop
+from .host import ahost_run, host_loop
 from .otel import Telemetry
 from .outcomes import Outcome, OutcomeKind
 from .policy import Credential, Policy, Target
@@ -269,11 +269,7 @@ async def adrive(
             return st.outcome_of(e)
         return Outcome(_SUCCESS, value=value)
 
-    steps = ahost_loop(
+    end = await ahost_run(
         st.turn, clock=st.clock, rebuild=rebuild, attempt=outcome, telemetry=telemetry
     )
-    try:
-        end = await anext(steps)
-    finally:
-        await steps.aclose()
     return st.end(end)

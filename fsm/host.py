@@ -9,8 +9,10 @@ of them::
            | Finish / Fail: the end
 
 `host_loop` (sync) and `ahost_loop` (asyncio) are that loop, and its only
-copies: `fsm.run` / `fsm.drive`, `fsm.arun` / `fsm.adrive`,
-`fsm.testing.play`, the openai wrappers and their streams all run on them.
+copies: `fsm.run` / `fsm.drive`, `fsm.testing.play`, the openai wrappers'
+streams run on them; `fsm.arun` / `fsm.adrive` (and so the async wrappers'
+turns) on `ahost_run`, the same asyncio loop as one coroutine (both share its
+steps between attempts, `_AsyncSteps`).
 Each is a generator that performs the waits and rebuilds itself. An Attempt
 is made by ``attempt(action) -> Outcome`` when one is given, or else yielded
 to the caller, who sends back its Outcome: that is how a stream makes
@@ -57,7 +59,7 @@ from .outcomes import Outcome
 from .policy import Target
 from .turn import _TurnBase
 
-__all__ = ["ahost_loop", "host_loop", "must_sleep"]
+__all__ = ["ahost_loop", "ahost_run", "host_loop", "must_sleep"]
 
 
 def must_sleep(wait: Wait) -> bool:
@@ -127,6 +129,71 @@ def host_loop(
     yield action
 
 
+class _AsyncSteps:
+    """What both asyncio loops carry out between attempts: the shared store's
+    exchanges (in a worker thread), grants, waits and rebuilds."""
+
+    __slots__ = ("clock", "health", "rebuild", "s", "shared", "tape", "turn")
+
+    def __init__(
+        self,
+        turn: _TurnBase,
+        clock: Clock,
+        rebuild: Callable[[Target], Awaitable[Any]] | None,
+    ) -> None:
+        self.turn = turn
+        self.clock = clock
+        self.rebuild = rebuild
+        self.s = turn.s
+        self.health = self.s.health
+        self.shared = self.health.shared
+        self.tape: _record._Tape | None = None
+
+    async def begin(self) -> Action:
+        if _record.ACTIVE is not None:
+            self.tape = _record.ACTIVE.begin(self.s)
+        if self.shared:
+            await asyncio.to_thread(self.health.begin, self.s)
+        return self.turn.start()
+
+    async def until_attempt(self, action: Action) -> Action:
+        """Carry out `action` and what follows it until the turn asks for an Attempt
+        the health store grants, or ends; returns that Attempt, or the Finish / Fail."""
+        turn, health, shared = self.turn, self.health, self.shared
+        while True:
+            if type(action) is Attempt:
+                if shared or action.probe or action.retry or not health.quiet():
+                    why = (
+                        await asyncio.to_thread(health.grant, self.s, action)
+                        if shared
+                        else health.grant(self.s, action)
+                    )
+                    if why is not None:
+                        action = turn.deny(why)
+                        continue
+                return action
+            if type(action) is Wait:
+                if must_sleep(action):
+                    await self.clock.asleep(action.seconds)
+                action = turn.waited()
+            elif type(action) is Rebuild:
+                ok = True
+                if self.rebuild is not None:
+                    try:
+                        await self.rebuild(action.target)
+                    except Exception:
+                        ok = False
+                action = turn.rebuilt(ok)
+            else:
+                return action
+
+    async def end(self) -> None:
+        if self.shared:
+            await asyncio.to_thread(self.health.end, self.s)
+        if self.tape is not None:
+            self.tape.end()
+
+
 async def ahost_loop(
     turn: _TurnBase,
     *,
@@ -140,49 +207,43 @@ async def ahost_loop(
     (``await gen.aclose()``) once you have the end."""
     if _otel.ACTIVE is not None:
         turn, attempt = _otel.ACTIVE.aobserve(turn, attempt, telemetry)
-    s = turn.s
-    tape = _record.ACTIVE.begin(s) if _record.ACTIVE is not None else None
-    health = s.health
-    shared = health.shared
-    if shared:
-        await asyncio.to_thread(health.begin, s)
-    action = turn.start()
+    steps = _AsyncSteps(turn, clock, rebuild)
+    action = await steps.begin()
     try:
-        while True:
-            if type(action) is Attempt:
-                if shared or action.probe or action.retry or not health.quiet():
-                    why = (
-                        await asyncio.to_thread(health.grant, s, action)
-                        if shared
-                        else health.grant(s, action)
-                    )
-                    if why is not None:
-                        action = turn.deny(why)
-                        continue
-                if attempt is None:
-                    action = turn.feed((yield action))
-                else:
-                    action = turn.feed(await attempt(action))
-            elif type(action) is Wait:
-                if must_sleep(action):
-                    await clock.asleep(action.seconds)
-                action = turn.waited()
-            elif type(action) is Rebuild:
-                ok = True
-                if rebuild is not None:
-                    try:
-                        await rebuild(action.target)
-                    except Exception:
-                        ok = False
-                action = turn.rebuilt(ok)
-            else:
-                break
+        while type(action := await steps.until_attempt(action)) is Attempt:
+            outcome = (yield action) if attempt is None else await attempt(action)
+            action = turn.feed(outcome)
     except (GeneratorExit, asyncio.CancelledError, KeyboardInterrupt):
         turn.cancel()
         raise
     finally:
-        if shared:
-            await asyncio.to_thread(health.end, s)
-        if tape is not None:
-            tape.end()
+        await steps.end()
     yield action
+
+
+async def ahost_run(
+    turn: _TurnBase,
+    *,
+    clock: Clock,
+    attempt: Callable[[Attempt], Awaitable[Outcome]],
+    rebuild: Callable[[Target], Awaitable[Any]] | None = None,
+    telemetry: _otel.Telemetry | None = None,
+) -> Action:
+    """`ahost_loop` for a host that makes every Attempt with `attempt`: one coroutine
+    that returns the Finish or Fail. (Not a generator: an async generator per turn sits
+    between the caller and every resumption of the SDK, and costs its own bookkeeping.)"""
+    if _otel.ACTIVE is not None:
+        turn, observed = _otel.ACTIVE.aobserve(turn, attempt, telemetry)
+        assert observed is not None  # given an attempt, it hands back its wrapper
+        attempt = observed
+    steps = _AsyncSteps(turn, clock, rebuild)
+    action = await steps.begin()
+    try:
+        while type(action := await steps.until_attempt(action)) is Attempt:
+            action = turn.feed(await attempt(action))
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        turn.cancel()
+        raise
+    finally:
+        await steps.end()
+    return action

@@ -229,11 +229,15 @@ def _counted(b: AttemptBound, data: bytes, core: Any) -> bytes:
 class _Stream:
     """A sync network stream whose reads and writes obey the current attempt's bound."""
 
-    __slots__ = ("_core", "_s")
+    __slots__ = ("_core", "_s", "close", "get_extra_info")
 
     def __init__(self, stream: Any, core: Any) -> None:
         self._s = stream
         self._core = core
+        # the stream's own methods where nothing is bounded: the connection pool asks
+        # get_extra_info of every idle connection per request (no wrapper frame for it)
+        self.get_extra_info = stream.get_extra_info
+        self.close = stream.close
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         b = _CURRENT.get()
@@ -256,9 +260,6 @@ class _Stream:
             timeout = _limit(b, timeout, self._core, "WriteTimeout")
         self._s.write(buffer, timeout)
 
-    def close(self) -> None:
-        self._s.close()
-
     def start_tls(
         self, ssl_context: Any, server_hostname: str | None = None, timeout: Any = None
     ) -> Any:
@@ -267,18 +268,17 @@ class _Stream:
             timeout = _limit(b, timeout, self._core, "ConnectTimeout")
         return _Stream(self._s.start_tls(ssl_context, server_hostname, timeout), self._core)
 
-    def get_extra_info(self, info: str) -> Any:
-        return self._s.get_extra_info(info)
-
 
 class _AsyncStream:
     """The asyncio twin of `_Stream`."""
 
-    __slots__ = ("_core", "_s")
+    __slots__ = ("_core", "_s", "aclose", "get_extra_info")
 
     def __init__(self, stream: Any, core: Any) -> None:
         self._s = stream
         self._core = core
+        self.get_extra_info = stream.get_extra_info  # as in `_Stream`
+        self.aclose = stream.aclose
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         b = _CURRENT.get()
@@ -301,9 +301,6 @@ class _AsyncStream:
             timeout = _limit(b, timeout, self._core, "WriteTimeout")
         await self._s.write(buffer, timeout)
 
-    async def aclose(self) -> None:
-        await self._s.aclose()
-
     async def start_tls(
         self, ssl_context: Any, server_hostname: str | None = None, timeout: Any = None
     ) -> Any:
@@ -312,9 +309,6 @@ class _AsyncStream:
             timeout = _limit(b, timeout, self._core, "ConnectTimeout")
         inner = await self._s.start_tls(ssl_context, server_hostname, timeout)
         return _AsyncStream(inner, self._core)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._s.get_extra_info(info)
 
 
 class _Backend:

@@ -55,9 +55,13 @@ def check_completion(reply: Any) -> None:
             # has started): classified by its error object, like a stream error event.
             raise FailedReply(error)
         raise MalformedReply("a chat completion without choices")
-    if all(getattr(c, "finish_reason", None) == "content_filter" for c in choices):
+    filtered = usable = 0  # loops, not all()/any() over generators: every turn runs this
+    for c in choices:
+        filtered += getattr(c, "finish_reason", None) == "content_filter"
+        usable += _usable(c)
+    if filtered == len(choices):
         raise content_filter_error(reply)
-    if not any(_usable(c) for c in choices):
+    if not usable:
         for c in choices:
             error = getattr(c, "error", None)  # OpenRouter: finish_reason "error" + its error
             if isinstance(error, dict) and error:

@@ -45,15 +45,18 @@ class Chains:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
+        #: Each name an entry answers to -> the first entry (in chain order) that does.
+        self._first: dict[str, int] = {}
+        for t in policy.targets:
+            for name in _names(t):
+                self._first.setdefault(name, t.index)
 
     def index(self, model: Any) -> int:
         """Where ``model=`` starts the chain (0 when not given)."""
         if model is None or not given(model):
             return 0
-        if isinstance(model, str):
-            for t in self.policy.targets:
-                if model in _names(t):
-                    return t.index
+        if isinstance(model, str) and model in self._first:
+            return self._first[model]
         raise ValueError(
             f"model={model!r} is not in this gate's chain; name one of its entries "
             f"(model, provider/model or target name) to start the chain there, or leave "

@@ -28,12 +28,12 @@ from typing import Any, TypeVar
 
 import openai
 
-from ..fsm import HealthStore, Policy, TurnFailed, adrive, drive
+from ..fsm import HealthStore, Policy, TurnFailed, TurnResult, adrive, drive
 from ..fsm import otel as _otel
 from ..fsm.actions import Attempt
 from ..fsm.clock import Clock
 from ..fsm.turn import Hook
-from .bounds import abounded, attempt_bound, bounded, is_instrumented
+from .bounds import abounded, attempt_bound, bounded
 from .calls import CHAT_CREATE, Call, Op, prepare
 from .chain import Chains
 from .classify import classifier_for
@@ -232,16 +232,18 @@ class Fallgate(_Base):
         call = prepare(op, kwargs, self._chains)
         if call.stream:
             raise TypeError(f"run() does not stream; use {op.name}(stream=True)")
-        return self._turn(call)
+        result, ledger = self._turn(call)
+        return ledger.result(result)
 
     def _invoke(self, op: Op, kwargs: Mapping[str, Any]) -> Any:
         call = prepare(op, kwargs, self._chains)
         if call.stream:
             self._pool.check_open()
             return FallgateStream[Any](self, call)
-        return self._turn(call).value
+        return self._turn(call)[0].value
 
-    def _turn(self, call: Call) -> GateResult:
+    def _turn(self, call: Call) -> tuple[TurnResult, Ledger]:
+        """One turn; its `GateResult` is made from the two only when asked for (`run`)."""
         self._pool.check_open()
         ledger = Ledger()
         seen = Seen()  # the client generations this turn used (scopes its rebuilds)
@@ -267,7 +269,7 @@ class Fallgate(_Base):
         except TurnFailed as e:
             ledger.attach(e)
             raise
-        return ledger.result(result)
+        return result, ledger
 
     def rebuild(self, target_name: str) -> None:
         """Close and recreate one target's clients (what transport recovery does)."""
@@ -334,16 +336,18 @@ class AsyncFallgate(_Base):
         call = prepare(op, kwargs, self._chains)
         if call.stream:
             raise TypeError(f"arun() does not stream; use {op.name}(stream=True)")
-        return await self._turn(call)
+        result, ledger = await self._turn(call)
+        return ledger.result(result)
 
     async def _invoke(self, op: Op, kwargs: Mapping[str, Any]) -> Any:
         call = prepare(op, kwargs, self._chains)
         if call.stream:
             self._pool.check_open()
             return await AsyncFallgateStream[Any](self, call)._prime()
-        return (await self._turn(call)).value
+        return (await self._turn(call))[0].value
 
-    async def _turn(self, call: Call) -> GateResult:
+    async def _turn(self, call: Call) -> tuple[TurnResult, Ledger]:
+        """See `Fallgate._turn`."""
         self._pool.check_open()
         ledger = Ledger()
         seen = Seen()  # the client generations this turn used (scopes its rebuilds)
@@ -351,11 +355,11 @@ class AsyncFallgate(_Base):
         async def attempt(a: Attempt) -> Any:
             ledger.begin(a)
             try:
-                async with self._pool.lease(a.target, a.credential, seen) as client:
+                lease = self._pool.lease(a.target, a.credential, seen)
+                async with lease as client:
                     # bounded from here: building a client is not the server's time;
                     # asyncio.timeout too where the socket is not bounded (`instrument`)
-                    backstop = not is_instrumented(client)
-                    async with abounded(attempt_bound(call.policy, a), backstop=backstop):
+                    async with abounded(attempt_bound(call.policy, a), backstop=not lease.bounded):
                         reply = await call.op.bind(self._configured(client))(
                             **call.sdk_kwargs(a, self._timeout)
                         )
@@ -371,7 +375,7 @@ class AsyncFallgate(_Base):
         except TurnFailed as e:
             ledger.attach(e)
             raise
-        return ledger.result(result)
+        return result, ledger
 
     async def rebuild(self, target_name: str) -> None:
         await self._pool.rebuild(_target(self.policy, target_name))

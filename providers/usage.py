@@ -114,6 +114,10 @@ class GateResult(TurnResult):
         return total(self.attempts_usage)
 
 
+#: (constructor argument, attribute) of each `TurnResult` field, read once.
+_RESULT_FIELDS = tuple((str(f.alias), f.name) for f in attrs.fields(TurnResult))
+
+
 class Ledger:
     """The attempts of one turn as they happen (one turn: no locking needed)."""
 
@@ -132,14 +136,15 @@ class Ledger:
         """What the current attempt reported (the latest report wins: some providers
         send running totals)."""
         if usage is not None and self.attempts:
-            self.attempts[-1] = self.attempts[-1]._replace(usage=usage)
+            target, model, _ = self.attempts[-1]
+            self.attempts[-1] = AttemptUsage(target, model, usage)
 
     @property
     def usage(self) -> Usage | None:
         return total(self.attempts)
 
     def result(self, r: TurnResult) -> GateResult:
-        fields = {str(f.alias): getattr(r, f.name) for f in attrs.fields(TurnResult)}
+        fields = {alias: getattr(r, name) for alias, name in _RESULT_FIELDS}
         return GateResult(**fields, attempts_usage=tuple(self.attempts))
 
     def telemetry(self, operation: str, *, raw: bool = False) -> Telemetry:
