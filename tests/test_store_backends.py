@@ -20,6 +20,7 @@ from fallgate.fsm.store import Backend, MemoryBackend, Records, StoreUnavailable
 from fallgate.providers.redis_server import RedisServer
 from fallgate.providers.stores import SQLiteBackend, open_backend
 from fallgate.providers.stores.redis import RedisBackend
+from fallgate.providers.stores.urls import redact_url
 
 Factory = Callable[[], Backend]
 
@@ -463,3 +464,29 @@ def test_a_bad_store_url_is_refused_naming_it_without_password(url: str, problem
     with pytest.raises(ValueError, match=problem) as caught:
         open_backend(url)
     assert ":pw@" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:1/0?password=hunter2secret",
+        "redis://127.0.0.1:1/0?socket_timeout=1&password=hunter2secret",
+        "unix:///tmp/redis.sock?db=0&password=hunter2secret",
+        "redis://cache:6379/0?password=hunter2secret&socket_timeout=abc",
+        "redis://cache:bad/0?password=hunter2secret",
+        "ftp://cache/?token=hunter2secret",
+    ],
+)
+def test_a_password_in_the_store_urls_query_is_never_shown(url: str) -> None:
+    """redis-py takes ``?password=`` as the password: errors and reprs mask it too."""
+    assert "hunter2secret" not in redact_url(url)
+    try:
+        backend = open_backend(url)
+    except ValueError as e:
+        assert "hunter2secret" not in str(e)
+    else:
+        assert "hunter2secret" not in backend.url and "hunter2secret" not in repr(backend)
+        with pytest.raises(StoreUnavailable) as unreachable:
+            backend.scan()
+        assert "hunter2secret" not in str(unreachable.value)
+        assert "password=***" in str(unreachable.value)
