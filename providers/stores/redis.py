@@ -31,8 +31,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ...fsm.redact import safe_url
 from ...fsm.store import Record, Records, StoreUnavailable, Update
-from .urls import redact_url
 
 #: KEYS: the records' keys, then the version counter. ARGV[1]: ttl in ms; ARGV[2..n+1]:
 #: the versions `update` read ("0" = absent); ARGV[n+2..2n+1]: what to write ("" keep,
@@ -93,7 +93,7 @@ class RedisBackend:
         timeout: float = 0.5,
         reconnect_after: float = 1.0,
     ) -> None:
-        self.url = redact_url(url)
+        self.url = safe_url(url)
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         if reconnect_after < 0:
