@@ -490,3 +490,68 @@ def test_a_password_in_the_store_urls_query_is_never_shown(url: str) -> None:
             backend.scan()
         assert "hunter2secret" not in str(unreachable.value)
         assert "password=***" in str(unreachable.value)
+
+
+def _damage(url: str, key: str, text: str) -> None:
+    """Put `text` under `key` behind the backend's back (a damaged row, another writer)."""
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO fallgate_health VALUES (?, ?, ?)", (key, text, 1e12)
+            )
+    else:
+        import redis
+
+        admin = redis.Redis.from_url(url)
+        admin.set("{fallgate}:" + key, "1.2.3 " + text)
+        admin.close()
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '"text"', "[" * 5000])
+def test_a_damaged_record_reads_as_absent_and_the_next_write_replaces_it(
+    shared_store, text: str
+) -> None:
+    url, make = shared_store
+    backend = make()
+    backend.transact(["other"], increment("other"), ttl=60)  # the table exists
+    _damage(url, "k", text)
+    assert count(backend, "k") == 0
+    assert "k" not in backend.scan()[0] or backend.scan()[0]["k"] == {}
+    backend.transact(["k"], increment("k"), ttl=60)
+    assert count(make(), "k") == 1
+
+
+def test_a_turn_answers_although_its_shared_store_holds_a_damaged_record(
+    tmp_path: Path,
+) -> None:
+    """A turn never fails because of its store, not even because of what it holds."""
+    from fallgate.fsm import Policy
+
+    from fallgate import SQLiteHealthStore, run
+
+    key = "sk-test-00000000000000000000000000"
+    policy = Policy.from_dict(
+        {
+            "primary": {"provider": "openai", "model": "gpt-4.1", "api_key": key},
+            "fallback_providers": [{"provider": "openai", "model": "gpt-4.1-mini", "api_key": key}],
+        }
+    )
+
+    class RateLimited(Exception):
+        status_code, headers = 429, {"retry-after": "20"}
+
+    def call(target, credential):
+        if target.model == "gpt-4.1":
+            raise RateLimited("429")
+        return "ok"
+
+    path = tmp_path / "health.db"
+    assert run(policy, call, health=SQLiteHealthStore(path)).value == "ok"
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE fallgate_health SET value = '{not json'")
+    result = run(policy, call, health=SQLiteHealthStore(path))
+    assert result.value == "ok"
