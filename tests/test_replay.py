@@ -416,6 +416,11 @@ def test_a_sink_that_fails_never_fails_the_turn(caplog: pytest.LogCaptureFixture
     ) == 1
 
 
+def test_recording_to_a_directory_is_refused_at_once_naming_it(tmp_path: Any) -> None:
+    with pytest.raises(IsADirectoryError, match=f"cannot record turns to {tmp_path}: it is a"):
+        record_traces(tmp_path)
+
+
 def test_failed_and_async_turns_are_recorded_too(tmp_path: Any) -> None:
     import asyncio
 

@@ -555,3 +555,22 @@ def test_a_turn_answers_although_its_shared_store_holds_a_damaged_record(
         conn.execute("UPDATE fallgate_health SET value = '{not json'")
     result = run(policy, call, health=SQLiteHealthStore(path))
     assert result.value == "ok"
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"url": None}, TypeError, "url must be a redis://, rediss:// or unix:// URL, got None"),
+        ({"reconnect_after": float("nan")}, ValueError, "reconnect_after must be >= 0 seconds"),
+        ({"reconnect_after": -1}, ValueError, "reconnect_after must be >= 0 seconds"),
+    ],
+)
+def test_a_bad_redis_store_argument_is_refused_naming_it(
+    options: dict[str, object], error: type[Exception], message: str
+) -> None:
+    from fallgate import RedisHealthStore
+
+    kwargs: dict[str, object] = {"url": "redis://127.0.0.1:1/0", **options}
+    url = kwargs.pop("url")
+    with pytest.raises(error, match=message):
+        RedisHealthStore(url, **kwargs)  # type: ignore[arg-type]

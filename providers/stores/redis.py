@@ -93,10 +93,12 @@ class RedisBackend:
         timeout: float = 0.5,
         reconnect_after: float = 1.0,
     ) -> None:
+        if not isinstance(url, str):
+            raise TypeError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r:.40}")
         self.url = safe_url(url)
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        if reconnect_after < 0:
+        if not reconnect_after >= 0:
             raise ValueError(f"reconnect_after must be >= 0 seconds, got {reconnect_after!r}")
         if not namespace or any(c in namespace for c in "{}*?[]\\"):
             raise ValueError(f"namespace must be a plain non-empty name, got {namespace!r}")
