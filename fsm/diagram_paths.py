@@ -60,6 +60,10 @@ class TracePath:
     events: tuple[TraceEvent, ...] = attrs.field(converter=_events)
 
 
+#: Type of the `traces` argument: each path a `TracePath` (labelled) or a plain trace.
+Traces = Sequence[TracePath | Iterable[TraceEvent]]
+
+
 @attrs.frozen(slots=True)
 class Step:
     """One step of a turn's path, as drawn: its number and the label text."""
@@ -214,7 +218,3 @@ def _paths(
             raise DiagramError("the path is empty (no transitions)", path=label)
         out.append(_drawn_path(decl, tp.events, label, i))
     return out
-
-
-#: Type of the `traces` argument: each path a `TracePath` (labelled) or a plain trace.
-Traces = Sequence[TracePath | Iterable[TraceEvent]]
