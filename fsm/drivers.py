@@ -71,6 +71,17 @@ def _hook(user: Hook | None) -> Hook | None:
     return emit
 
 
+def check_health(health: object) -> None:
+    """Refuse a `health=` that is not a `HealthStore` at once, naming it (a store's URL
+    given as a string would otherwise fail inside the first turn)."""
+    if health is not None and not isinstance(health, HealthStore):
+        raise TypeError(
+            "health must be a fallgate.fsm.health.HealthStore (HealthStore(), "
+            "fallgate.SQLiteHealthStore(path), fallgate.RedisHealthStore(url)) or None, "
+            f"got {type(health).__name__}"
+        )
+
+
 class _Step:
     """What every driver needs besides the loop: the turn (on the given clock),
     classified and scrubbed outcomes, and the end as a result or an exception."""
@@ -88,6 +99,12 @@ class _Step:
         engine: type[_TurnBase],
         first: int = 0,
     ) -> None:
+        check_health(health)
+        if random is not None and not callable(random):
+            raise TypeError(
+                f"random must be a callable returning floats in [0, 1) such as "
+                f"random.Random(7).random, got {type(random).__name__}"
+            )
         self.policy = policy
         self.classify = classify
         #: The clock of this turn: the one given, else the default in force now.

@@ -183,7 +183,7 @@ def _open(out: Record, now: float, policy: Policy, opens: int, retry_after: floa
     return out
 
 
-def succeed(r: Record, policy: Policy, retried: bool = False) -> Record:
+def succeed(r: Record, policy: Policy) -> Record:
     """A success closes the breaker (whoever made it: the backend answers) and refills the
     retry budget."""
     out = dict(r)

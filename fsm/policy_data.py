@@ -258,33 +258,24 @@ def policy_from_dict(data: Mapping[str, Any]) -> Policy:
             rules[k] = Rule(**{f: spec.get(f, getattr(base, f)) for f in _RULE_FIELDS})
     scalars = {k: data[k] for k in _SCALARS if k in data}
     good_targets = [t for t in targets if t is not None]
+    fields: dict[str, Any] = {
+        "backoff": backoff,
+        "cooldown": cooldown,
+        "breaker": breaker,
+        "retry_budget": retry_budget,
+        "rules": rules,
+        "providers": extra,
+        **scalars,
+    }
     if ps.items or len(good_targets) != len(targets):
         # Validate the scalars too so that one error lists everything.
         try:
-            Policy(
-                targets=good_targets or [_PLACEHOLDER_TARGET],
-                backoff=backoff,
-                cooldown=cooldown,
-                breaker=breaker,
-                retry_budget=retry_budget,
-                rules=rules,
-                providers=extra,
-                **scalars,
-            )
+            Policy(targets=good_targets or [_PLACEHOLDER_TARGET], **fields)
         except PolicyError as e:
             ps.items += [p for p in e.problems if not p.path.startswith("targets")]
         ps.raise_if_any()
     try:
-        return Policy(
-            targets=good_targets,
-            backoff=backoff,
-            cooldown=cooldown,
-            breaker=breaker,
-            retry_budget=retry_budget,
-            rules=rules,
-            providers=extra,
-            **scalars,
-        )
+        return Policy(targets=good_targets, **fields)
     except PolicyError as e:
         ps.items += list(e.problems)
         ps.raise_if_any()

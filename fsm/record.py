@@ -72,6 +72,8 @@ class _FileSink:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
+        if os.path.isdir(self.path):  # else every turn's write would fail, logged once
+            raise IsADirectoryError(f"cannot record turns to {self.path}: it is a directory")
         self._lock = threading.Lock()
 
     def __call__(self, text: str) -> None:

@@ -18,12 +18,24 @@ shared store then goes on with local health and says so once.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, TypeAlias, runtime_checkable
 
 Record: TypeAlias = dict[str, "float | int | str | None"]
 Records: TypeAlias = Mapping[str, "Record | None"]
 Update: TypeAlias = Callable[[Records, float], Records]
+
+
+def decode_record(text: str) -> Record | None:
+    """A stored record's JSON text as a record; None for text that is not a JSON object
+    (a damaged row, another program's key): read as absent, and replaced by the next
+    write, so that no turn fails because of its store."""
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 class StoreUnavailable(Exception):

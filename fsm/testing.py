@@ -33,16 +33,29 @@ class ScriptExhausted(AssertionError):
     """The turn asked for more attempts than the script has outcomes."""
 
 
+_KINDS = ", ".join(k.value for k in OutcomeKind)
+
+
 def outcome(spec: Outcome | str) -> Outcome:
-    """``"kind"`` or ``"kind:retry_after"`` (e.g. ``"rate_limited:171"``) -> Outcome."""
+    """``"kind"`` or ``"kind:retry_after"`` (e.g. ``"rate_limited:171"``) -> Outcome;
+    anything else is a ValueError that names it and the kinds there are."""
     if isinstance(spec, Outcome):
         return spec
+    if not isinstance(spec, str):
+        raise ValueError(f"an outcome is an Outcome or 'kind[:retry_after]', got {spec!r:.40}")
     kind, _, ra = spec.partition(":")
+    if kind not in OutcomeKind._value2member_map_:
+        raise ValueError(f"outcome {spec!r:.40}: {kind!r:.40} is not one of {_KINDS}")
+    try:
+        retry_after = float(ra) if ra else None
+    except ValueError:
+        why = f"outcome {spec!r:.40}: the Retry-After {ra!r:.20} is not a number"
+        raise ValueError(why) from None
     if kind == "success":
         return Outcome.success(f"answer #{id(spec)}")
     return Outcome(
         OutcomeKind(kind),
-        retry_after=float(ra) if ra else None,
+        retry_after=retry_after,
         detail=kind,
         partial="partial text" if kind == "stream_interrupted" else None,
     )
@@ -93,7 +106,14 @@ def play(
     `health` defaults to a fresh store (not the process-wide one), `clock` to
     a fresh `VirtualClock`; each attempt takes `attempt_seconds` of it.
     """
-    script = [outcome(o) for o in outcomes]
+    if isinstance(outcomes, str | Outcome):  # one outcome, not a sequence of them
+        raise TypeError(f"outcomes must be a list of outcomes, got {outcomes!r:.40}")
+    script = []
+    for i, o in enumerate(outcomes):
+        try:
+            script.append(outcome(o))
+        except ValueError as e:
+            raise ValueError(f"outcomes[{i}]: {e}") from None
     clock = clock if clock is not None else VirtualClock()
     turn = engine(
         policy,

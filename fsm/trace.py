@@ -229,9 +229,16 @@ def _check(obj: dict[str, Any], n: int, names: Iterable[str]) -> None:
         v = obj.get(k)
         if isinstance(v, float) and not math.isfinite(v):
             raise TraceError(n, f"{k} must be a finite number, not {v!r}")
+    wait = obj.get("wait")
+    if wait is not None and wait < 0:
+        raise TraceError(n, f"wait must be seconds >= 0, not {wait!r}")
     draws = obj.get("draws", [])
     if not all(isinstance(d, int | float) and not isinstance(d, bool) for d in draws):
         raise TraceError(n, "draws must be a list of numbers")
+    # a random source's values: a replay feeds them to the jitter again, so one out of
+    # range (or NaN) would silently draw a wait the recording never took
+    if not all(0 <= d < 1 for d in draws):
+        raise TraceError(n, f"draws must be numbers in [0, 1), not {draws!r:.60}")
 
 
 _WORDS: Final = {int: "an integer", str: "a string", bool: "true or false", list: "a list"}
@@ -279,6 +286,10 @@ def _header(obj: dict[str, Any], n: int) -> TurnHeader:
         )
     if not targets:
         raise TraceError(n, "turn line: targets is empty")
+    if not 0 <= obj["first"] < len(targets):
+        raise TraceError(
+            n, f"turn line: first = {obj['first']} is not a position of its {len(targets)} targets"
+        )
     return TurnHeader(
         obj["turn"],
         float(obj["start"]),

@@ -89,6 +89,7 @@ import openai
 
 from ..fsm import HealthStore, Policy, TurnFailed
 from ..fsm.clock import Clock, SystemClock, default_clock
+from ..fsm.drivers import check_health
 from ..fsm.turn import Hook
 from .openai_adapter import Fallgate
 from .streaming import FallgateStream
@@ -297,6 +298,7 @@ class HermesAttachment:
         health: HealthStore | None,
         on_transition: Hook | None,
     ) -> None:
+        check_health(health)
         self.agent = agent
         self.health = health if health is not None else HealthStore()
         self.on_transition = on_transition

@@ -32,6 +32,7 @@ from ..fsm import HealthStore, Policy, TurnFailed, TurnResult, adrive, drive
 from ..fsm import otel as _otel
 from ..fsm.actions import Attempt
 from ..fsm.clock import Clock
+from ..fsm.drivers import check_health
 from ..fsm.turn import Hook
 from .bounds import abounded, attempt_bound, bounded
 from .calls import CHAT_CREATE, Call, Op, prepare
@@ -96,6 +97,7 @@ class _Base:
     ) -> None:
         if not isinstance(policy, Policy):
             raise TypeError(f"policy must be an fsm.Policy, got {type(policy).__name__}")
+        check_health(health)
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(
                 f"clock must be an fsm.Clock (now, sleep, asleep), got {type(clock).__name__}"

@@ -148,7 +148,7 @@ def test_an_unreachable_redis_fails_naming_it_without_its_password(capsys, redis
     redis_server.stop()
     code, _, err = run(capsys, "health", "--store", url)
     assert code == 1
-    assert "cannot reach the health store: redis://:***@127.0.0.1:" in err
+    assert "cannot reach the health store: redis://***@127.0.0.1:" in err
     assert "s3cret-pass" not in err
 
 

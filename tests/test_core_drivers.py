@@ -169,6 +169,28 @@ def test_a_clock_that_is_not_a_clock_is_refused_by_name():
         run(chain("m0", "m1"), call, clock=lambda: 0.0)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("driver", ["run", "arun"])
+def test_a_health_store_url_given_as_health_is_refused_by_name(driver):
+    """A string (a store's URL) is not a store: refused before the turn, not inside it."""
+    call, _ = scripted("ok")
+
+    async def acall(target, credential):
+        return call(target, credential)
+
+    refused = r"health must be a fallgate\.fsm\.health\.HealthStore .* got str"
+    with pytest.raises(TypeError, match=refused):
+        if driver == "run":
+            run(chain("m"), call, health="redis://cache:6379/0")  # type: ignore[arg-type]
+        else:
+            asyncio.run(arun(chain("m"), acall, health="redis://cache:6379/0"))  # type: ignore[arg-type]
+
+
+def test_a_random_source_that_is_not_callable_is_refused_by_name():
+    call, _ = scripted("ok")
+    with pytest.raises(TypeError, match=r"random must be a callable .* got float"):
+        run(chain("m"), call, random=0.5)  # type: ignore[arg-type]
+
+
 def test_instant_waits_take_no_real_time_but_keep_cooldowns_honest():
     call, calls = scripted(Status(429, {"retry-after": "20"}), "ok")
     policy = chain("m")

@@ -158,6 +158,16 @@ def test_a_stream_can_end_in_keepalives_after_its_content(fault_server):
             "unknown field for kind 'keepalive'",
         ),
         ({"kind": "stream", "then": "trickle"}, '["m"][0].then', "keepalive"),
+        (  # a byte of padding per piece, built at once: 3.6e12 of them ran out of memory
+            {"kind": "trickle_headers", "interval": 1e-9, "seconds": 3600},
+            '["m"][0].interval',
+            "at most 1,000,000 (raise interval or lower seconds)",
+        ),
+        (
+            {"kind": "keepalive", "interval": 1e-5},
+            '["m"][0].interval',
+            "a trickle of 30 s every 1e-05 s is 3e+06 pieces",
+        ),
     ],
 )
 def test_bad_slow_steps_are_named(step, where, says):

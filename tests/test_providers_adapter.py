@@ -393,6 +393,14 @@ def test_an_async_client_given_a_virtual_clock_waits_on_it(fault_server: FaultSe
     assert streamed == "True done"
 
 
+def test_a_health_store_url_given_as_health_is_refused_by_name(
+    fault_server: FaultServer,
+) -> None:
+    for gate in (Fallgate, AsyncFallgate):
+        with pytest.raises(TypeError, match=r"health must be a fallgate\.fsm\.health\.HealthStore"):
+            gate(chain("a", server=fault_server), health="sqlite:///h.db")  # type: ignore[arg-type]
+
+
 def test_a_clock_that_is_not_a_clock_is_refused_by_name(fault_server: FaultServer) -> None:
     with pytest.raises(TypeError, match=r"clock must be an fsm\.Clock .* got function"):
         Fallgate(chain("a", server=fault_server), clock=lambda: 0.0)  # type: ignore[arg-type]

@@ -322,6 +322,26 @@ def test_a_multi_turn_file_gives_one_turn_to_a_diagram() -> None:
         ),
         ("[1, 2]", "expected an object"),
         ("{nope", "not JSON"),
+        (
+            '{"v": 1, "turn": "x", "start": 0, "clock": 0, "domain": "d", "first": 2, '
+            '"targets": [{"name": "primary", "provider": "p", "model": "m", "endpoint": "e"}]}',
+            "turn line: first = 2 is not a position of its 1 targets",
+        ),
+        (
+            '{"seq": 1, "time": 0, "source": "idle", "event": "s", "dest": "a", "action": "A", '
+            '"draws": [NaN]}',
+            r"draws must be numbers in \[0, 1\)",
+        ),
+        (
+            '{"seq": 1, "time": 0, "source": "idle", "event": "s", "dest": "a", "action": "A", '
+            '"draws": [5.0]}',
+            r"draws must be numbers in \[0, 1\)",
+        ),
+        (
+            '{"seq": 1, "time": 0, "source": "a", "event": "s", "dest": "a", "action": "Wait", '
+            '"wait": -1}',
+            "wait must be seconds >= 0",
+        ),
     ],
 )
 def test_a_bad_trace_line_is_named(line: str, message: str) -> None:
@@ -394,6 +414,11 @@ def test_a_sink_that_fails_never_fails_the_turn(caplog: pytest.LogCaptureFixture
     assert [r.message for r in caplog.records].count(
         "fallgate: cannot record a turn to " + repr(broken) + ": disk full"
     ) == 1
+
+
+def test_recording_to_a_directory_is_refused_at_once_naming_it(tmp_path: Any) -> None:
+    with pytest.raises(IsADirectoryError, match=f"cannot record turns to {tmp_path}: it is a"):
+        record_traces(tmp_path)
 
 
 def test_failed_and_async_turns_are_recorded_too(tmp_path: Any) -> None:

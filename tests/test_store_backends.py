@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fallgate.fsm.redact import safe_url
 from fallgate.fsm.store import Backend, MemoryBackend, Records, StoreUnavailable
 from fallgate.providers.redis_server import RedisServer
 from fallgate.providers.stores import SQLiteBackend, open_backend
@@ -361,7 +362,7 @@ def test_redis_errors_name_the_url_but_never_its_password(
     for caught in (refused, unreachable):
         message = str(caught.value)
         assert "hunter2secret" not in message
-        assert message.startswith(f"redis://:***@127.0.0.1:{redis_server.port}/0: ")
+        assert message.startswith(f"redis://***@127.0.0.1:{redis_server.port}/0: ")
     assert "hunter2secret" not in repr(backend) and "hunter2secret" not in backend.url
 
 
@@ -463,3 +464,113 @@ def test_a_bad_store_url_is_refused_naming_it_without_password(url: str, problem
     with pytest.raises(ValueError, match=problem) as caught:
         open_backend(url)
     assert ":pw@" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:1/0?password=hunter2secret",
+        "redis://127.0.0.1:1/0?socket_timeout=1&password=hunter2secret",
+        "unix:///tmp/redis.sock?db=0&password=hunter2secret",
+        "redis://cache:6379/0?password=hunter2secret&socket_timeout=abc",
+        "redis://cache:bad/0?password=hunter2secret",
+        "ftp://cache/?token=hunter2secret",
+    ],
+)
+def test_a_password_in_the_store_urls_query_is_never_shown(url: str) -> None:
+    """redis-py takes ``?password=`` as the password: errors and reprs mask it too."""
+    assert "hunter2secret" not in safe_url(url)
+    try:
+        backend = open_backend(url)
+    except ValueError as e:
+        assert "hunter2secret" not in str(e)
+    else:
+        assert "hunter2secret" not in backend.url and "hunter2secret" not in repr(backend)
+        with pytest.raises(StoreUnavailable) as unreachable:
+            backend.scan()
+        assert "hunter2secret" not in str(unreachable.value)
+        assert "password=***" in str(unreachable.value)
+
+
+def _damage(url: str, key: str, text: str) -> None:
+    """Put `text` under `key` behind the backend's back (a damaged row, another writer)."""
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO fallgate_health VALUES (?, ?, ?)", (key, text, 1e12)
+            )
+    else:
+        import redis
+
+        admin = redis.Redis.from_url(url)
+        admin.set("{fallgate}:" + key, "1.2.3 " + text)
+        admin.close()
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '"text"', "[" * 5000])
+def test_a_damaged_record_reads_as_absent_and_the_next_write_replaces_it(
+    shared_store, text: str
+) -> None:
+    url, make = shared_store
+    backend = make()
+    backend.transact(["other"], increment("other"), ttl=60)  # the table exists
+    _damage(url, "k", text)
+    assert count(backend, "k") == 0
+    assert "k" not in backend.scan()[0] or backend.scan()[0]["k"] == {}
+    backend.transact(["k"], increment("k"), ttl=60)
+    assert count(make(), "k") == 1
+
+
+def test_a_turn_answers_although_its_shared_store_holds_a_damaged_record(
+    tmp_path: Path,
+) -> None:
+    """A turn never fails because of its store, not even because of what it holds."""
+    from fallgate.fsm import Policy
+
+    from fallgate import SQLiteHealthStore, run
+
+    key = "sk-test-00000000000000000000000000"
+    policy = Policy.from_dict(
+        {
+            "primary": {"provider": "openai", "model": "gpt-4.1", "api_key": key},
+            "fallback_providers": [{"provider": "openai", "model": "gpt-4.1-mini", "api_key": key}],
+        }
+    )
+
+    class RateLimited(Exception):
+        status_code, headers = 429, {"retry-after": "20"}
+
+    def call(target, credential):
+        if target.model == "gpt-4.1":
+            raise RateLimited("429")
+        return "ok"
+
+    path = tmp_path / "health.db"
+    assert run(policy, call, health=SQLiteHealthStore(path)).value == "ok"
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE fallgate_health SET value = '{not json'")
+    result = run(policy, call, health=SQLiteHealthStore(path))
+    assert result.value == "ok"
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"url": None}, TypeError, "url must be a redis://, rediss:// or unix:// URL, got None"),
+        ({"reconnect_after": float("nan")}, ValueError, "reconnect_after must be >= 0 seconds"),
+        ({"reconnect_after": -1}, ValueError, "reconnect_after must be >= 0 seconds"),
+    ],
+)
+def test_a_bad_redis_store_argument_is_refused_naming_it(
+    options: dict[str, object], error: type[Exception], message: str
+) -> None:
+    from fallgate import RedisHealthStore
+
+    kwargs: dict[str, object] = {"url": "redis://127.0.0.1:1/0", **options}
+    url = kwargs.pop("url")
+    with pytest.raises(error, match=message):
+        RedisHealthStore(url, **kwargs)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import fallgate.fsm.testing
 import fallgate.providers.fault_server
@@ -85,3 +86,23 @@ def test_the_plugin_and_a_valid_script_load_neither_openai_nor_the_core(tmp_path
         [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "error", "says"),
+    [
+        (["transport", "bogus"], ValueError, "outcomes[1]: outcome 'bogus': 'bogus' is not one of"),
+        (["rate_limited:soon"], ValueError, "the Retry-After 'soon' is not a number"),
+        ([5], ValueError, "outcomes[0]: an outcome is an Outcome or 'kind[:retry_after]', got 5"),
+        ("success", TypeError, "outcomes must be a list of outcomes, got 'success'"),
+    ],
+)
+def test_a_bad_scripted_outcome_is_named_with_its_position(
+    outcomes: Any, error: type[Exception], says: str
+) -> None:
+    """Before, these were a bare enum error, an AttributeError, or a string read as a
+    list of one-letter outcomes ("'s' is not a valid OutcomeKind")."""
+    policy = Policy.from_dict({"primary": {"provider": "openai", "model": "m", "key_env": "K"}})
+    with pytest.raises(error) as caught:
+        play(policy, outcomes)
+    assert says in str(caught.value)

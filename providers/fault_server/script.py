@@ -102,6 +102,8 @@ KINDS = (
 TRICKLES = ("trickle_headers", "trickle_body", "keepalive", "endless")
 TRICKLE_INTERVAL = 0.4
 _MAX_PIECE = 16 * 1024 * 1024
+#: Pieces of one trickle (``seconds / interval``): its padding is built in memory.
+_MAX_TRICKLE_PIECES = 1_000_000
 STREAM_ENDINGS = ("done", "error", "cut", "hang", "keepalive")
 ERROR_SHAPES = ("openai", "anthropic")
 _MAX_SECONDS = 3600.0
@@ -422,6 +424,15 @@ class Step:
                     (*where, "interval"),
                 )
             out.setdefault("interval", 0.0 if kind == "endless" else TRICKLE_INTERVAL)
+            seconds = out.get("seconds", 30.0)
+            if kind != "endless" and seconds / out["interval"] > _MAX_TRICKLE_PIECES:
+                # one piece per interval, each a byte of padding held in memory at once
+                raise ScriptError(
+                    f"a trickle of {seconds:g} s every {out['interval']:g} s is "
+                    f"{seconds / out['interval']:.3g} pieces; at most {_MAX_TRICKLE_PIECES:,} "
+                    "(raise interval or lower seconds)",
+                    (*where, "interval"),
+                )
         if kind == "sse" and "events" not in raw:
             raise ScriptError(
                 "missing field (a list of events: JSON objects or strings)", (*where, "events")

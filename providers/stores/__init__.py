@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...fsm.redact import safe_url
 from ...fsm.store import Backend
 from .sqlite import SQLiteBackend
-from .urls import redact_url
 
 if TYPE_CHECKING:
     from .redis import RedisBackend
@@ -54,7 +54,7 @@ def open_backend(url: str, *, create: bool = True) -> Backend:
     if sep and scheme in REDIS_SCHEMES:
         return redis_backend_class()(url)
     raise ValueError(
-        f"unsupported health store URL {redact_url(url)!r}: expected sqlite:///path/to/health.db "
+        f"unsupported health store URL {safe_url(url)!r}: expected sqlite:///path/to/health.db "
         "or redis://host:port/db"
     )
 

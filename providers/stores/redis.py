@@ -31,8 +31,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ...fsm.store import Record, Records, StoreUnavailable, Update
-from .urls import redact_url
+from ...fsm.redact import safe_url
+from ...fsm.store import Record, Records, StoreUnavailable, Update, decode_record
 
 #: KEYS: the records' keys, then the version counter. ARGV[1]: ttl in ms; ARGV[2..n+1]:
 #: the versions `update` read ("0" = absent); ARGV[n+2..2n+1]: what to write ("" keep,
@@ -93,10 +93,12 @@ class RedisBackend:
         timeout: float = 0.5,
         reconnect_after: float = 1.0,
     ) -> None:
-        self.url = redact_url(url)
+        if not isinstance(url, str):
+            raise TypeError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r:.40}")
+        self.url = safe_url(url)
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        if reconnect_after < 0:
+        if not reconnect_after >= 0:
             raise ValueError(f"reconnect_after must be >= 0 seconds, got {reconnect_after!r}")
         if not namespace or any(c in namespace for c in "{}*?[]\\"):
             raise ValueError(f"namespace must be a plain non-empty name, got {namespace!r}")
@@ -115,7 +117,7 @@ class RedisBackend:
         self._counter = f"{{{namespace}}}#version"
         self._cas = self._client.register_script(_CAS)
         self._lock = threading.Lock()
-        self._seen: dict[str, tuple[str, Record]] = {}
+        self._seen: dict[str, tuple[str, Record | None]] = {}
         self._offset: float | None = None
         self._down_until = 0.0
         self._reconnect_after = reconnect_after
@@ -181,7 +183,7 @@ class RedisBackend:
             out: dict[str, Record | None] = {}
             for key, raw in sorted(zip(keys, values, strict=True)):
                 decoded = _decode(raw)
-                if decoded is not None:
+                if decoded is not None and decoded[1] is not None:
                     out[key[len(self._prefix):]] = decoded[1]
             return out, seconds + micros / 1e6
 
@@ -243,11 +245,13 @@ def _encode(result: Records, key: str, before: Record | None) -> str:
     return json.dumps(record, separators=(",", ":"))
 
 
-def _decode(stored: str | None) -> tuple[str, Record] | None:
+def _decode(stored: str | None) -> tuple[str, Record | None] | None:
+    """(version, record) of a stored value; a damaged one reads as no record, but keeps
+    its version, so that the next write replaces it."""
     if not stored:
         return None
     version, _, text = stored.partition(" ")
-    return version, json.loads(text)
+    return version, decode_record(text)
 
 
 def _time(seconds: Any, micros: Any) -> float:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...fsm.store import Record, Records, StoreUnavailable, Update
+from ...fsm.store import Record, Records, StoreUnavailable, Update, decode_record
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS fallgate_health (
@@ -148,7 +148,7 @@ class SQLiteBackend:
                 (*keys, now),
             )
             for key, value in rows:
-                out[key] = json.loads(value)
+                out[key] = decode_record(value)
         return out
 
     def scan(self) -> tuple[Records, float]:
@@ -161,7 +161,8 @@ class SQLiteBackend:
                 ).fetchall()
             except sqlite3.Error as e:
                 raise self._unavailable(e) from None
-        return {key: json.loads(value) for key, value in rows}, now
+        records = ((key, decode_record(value)) for key, value in rows)
+        return {key: record for key, record in records if record is not None}, now
 
     def delete(self, prefix: str) -> int:
         # substr, not LIKE: a prefix may hold % or _ (a base URL, a model name)
