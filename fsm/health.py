@@ -102,6 +102,12 @@ class HealthStore:
     shared: ClassVar[bool] = False
     #: Does it record its changes (`_journal`) for a backend? (The in-memory store: no.)
     journals: ClassVar[bool] = False
+    #: Can `grant` take its update in place (its own `permit`, no journal)? Set per class.
+    _plain_grant: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls._plain_grant = cls.permit is HealthStore.permit and not cls.journals
 
     @staticmethod
     def default() -> HealthStore:
@@ -310,7 +316,7 @@ class HealthStore:
         if not a.retry and key not in self._targets:
             return None  # nothing known of it: closed, and a first attempt takes nothing
         now = s.clock()
-        if type(self).permit is HealthStore.permit and not self.journals:
+        if self._plain_grant:
             # in memory: the same take, without building an update to journal (hot path)
             owner = self.owner(s) if a.probe else ""
             # acquire/release, not `with`: on CPython 3.11 `with` on a Lock costs twice as
