@@ -127,9 +127,7 @@ def _bench_key(s: TurnState, o: Outcome) -> None:
     held = nb.get(cred.id, 0.0)
     nb[cred.id] = held if held > until else until
     if rule.cooldown:
-        key = v.target.key
-        if s.health.cool_credential(key, cred.health_id, until, now) == until:
-            s.health.note_cause(key, o.cause, until, cred.health_id)
+        s.health.cool_credential(v.target.key, cred.health_id, until, now, o.cause)
 
 
 def _hold_target(s: TurnState, o: Outcome) -> None:

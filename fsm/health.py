@@ -235,15 +235,23 @@ class HealthStore:
             r = self._apply(target, opened, now)
         return fleet.num(r or {}, "until")
 
-    def cool_credential(self, target: TargetKey, cred: str, until: float, now: float) -> float:
-        """Bench one credential of one target (never another target's)."""
+    def cool_credential(
+        self, target: TargetKey, cred: str, until: float, now: float, cause: str | None = None
+    ) -> float:
+        """Bench one credential of one target (never another target's) until `until`
+        unless it is benched already; returns the end of its bench. `cause`: what
+        `note_cause` would remember for it (under the same lock: a rate limit takes one)."""
         key = (target, cred)
         self._lock.acquire()  # not `with`: see `grant`
         try:
             current = self._cred_until.get(key, 0.0)
             if current > now:
+                if cause is not None and current == until:
+                    self._cause[key] = (until, cause)
                 return current
             self._cred_until[key] = until
+            if cause is not None:
+                self._cause[key] = (until, cause)
             if self.journals:
                 span = until - now
                 self._journal(target, cred, lambda r, t: fleet.cool(r, t, t + span))

@@ -19,6 +19,7 @@ from fallgate.fsm import HealthStore, Outcome, OutcomeKind, Turn, VirtualClock
 from fallgate.fsm.actions import Attempt, Finish
 from fallgate.fsm.host import host_loop
 from fallgate.fsm.machine import FanOut
+from fallgate.fsm.state import TurnState
 
 from helpers import chain
 
@@ -72,14 +73,17 @@ def calls(f: Callable[[], object]) -> list[CodeType]:
 
 def test_a_fallback_builds_no_edge_and_asks_its_pick_once():
     """A fan-out is compiled to its destinations: taking one of its edges (the start, the
-    429's fallback) builds no `Transition` and asks the guard's pick once per event."""
+    429's fallback) builds no `Transition` and asks the guard's pick once per event (the
+    fallback's pick is `TurnState.next_eligible` itself, without a wrapper's frame; it
+    judges the one later target once, then answers from its per-event cache)."""
     faulty_turn()
     codes = calls(drive)
     built = [c for c in codes if "Transition" in c.co_filename]
     assert built == [], "a Transition was built while the turn ran"
     assert FanOut.edge.__code__ not in codes and FanOut.covers.__code__ not in codes
     picks = [c.co_name for c in codes if c.co_name in ("_first_free", "_next_eligible")]
-    assert picks == ["_first_free", "_next_eligible"]  # start, the 429's fallback
+    assert picks == ["_first_free"]  # the start's
+    assert codes.count(TurnState.ineligible.__code__) == 1  # the 429's fallback judged m1 once
 
 
 def test_a_fallback_asks_the_store_once_per_later_target():
@@ -150,12 +154,13 @@ def test_a_retry_grant_locks_once_and_writes_one_record():
     assert store.record(POLICY.targets[0].key) == {"tokens": POLICY.retry_budget.size - 1}
 
 
-def test_the_faulty_turn_takes_the_store_lock_five_times():
-    """Two retry grants, the 429's key cooldown and its cause, the success: five
-    acquisitions of the store's lock for the whole turn, two record writes."""
+def test_the_faulty_turn_takes_the_store_lock_four_times():
+    """Two retry grants, the 429's key cooldown with its cause (one acquisition: the
+    cause is noted where the bench is set), the success: four acquisitions of the store's
+    lock for the whole turn, two record writes."""
     store, lock, records = counting_store()
     faulty_turn(store)
-    assert lock.taken == 5
+    assert lock.taken == 4
     assert records.writes == 2
 
 
