@@ -68,14 +68,15 @@ Action = Attempt | Wait | Rebuild | Finish | Fail
 # -- the core's hot path: one action per event ------------------------------------------------
 # attrs' frozen __init__ stores each field through `object.__setattr__` (a lookup of the
 # field by name each time); the slot's own setter skips it. These build the same objects
-# (equal, frozen) in under half the time: about 2 µs of the core bench's faulty turn.
+# (equal, frozen) with 4 % fewer instructions for the core bench's whole faulty turn (an
+# Attempt alone: 0.35 µs instead of 0.49).
 _new = object.__new__
 _set_target, _set_credential, _set_timeout, _set_number, _set_probe, _set_retry = (
     getattr(Attempt, f.name).__set__ for f in attrs.fields(Attempt)
 )
 _set_seconds, _set_reason = (getattr(Wait, f.name).__set__ for f in attrs.fields(Wait))
-_set_result = Finish.result.__set__  # type: ignore[attr-defined]
-_set_rebuilt = Rebuild.target.__set__  # type: ignore[attr-defined]
+(_set_rebuilt,) = (getattr(Rebuild, f.name).__set__ for f in attrs.fields(Rebuild))
+(_set_result,) = (getattr(Finish, f.name).__set__ for f in attrs.fields(Finish))
 
 
 def new_attempt(

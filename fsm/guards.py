@@ -10,8 +10,8 @@ records before any guard, chosen per outcome kind from its traits.
 from __future__ import annotations
 
 import string
-from operator import methodcaller
 from collections.abc import Callable
+from operator import methodcaller
 from typing import TYPE_CHECKING, Final
 
 import attrs
