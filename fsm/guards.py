@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import string
 from collections.abc import Callable
+from operator import methodcaller
 from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from .actions import Action, Fail, Finish
+from .actions import Action, Fail, new_finish
 from .backoff import backoff_delay
 from .outcomes import CANCELLED as CANCELLED_OUTCOME
 from .outcomes import Outcome, OutcomeKind
@@ -110,7 +111,7 @@ def _bench_key(s: TurnState, o: Outcome) -> None:
     if v.index < 0 or cred is None:
         return
     policy = s.policy
-    rule = policy.rule(o.kind)
+    rule = policy.rules[o.kind]  # `policy.rule`, without the call (every rate limit)
     ra = o.retry_after
     if ra is not None:
         span = ra
@@ -126,9 +127,7 @@ def _bench_key(s: TurnState, o: Outcome) -> None:
     held = nb.get(cred.id, 0.0)
     nb[cred.id] = held if held > until else until
     if rule.cooldown:
-        key = v.target.key
-        if s.health.cool_credential(key, cred.health_id, until, now) == until:
-            s.health.note_cause(key, o.cause, until, cred.health_id)
+        s.health.cool_credential(v.target.key, cred.health_id, until, now, o.cause)
 
 
 def _hold_target(s: TurnState, o: Outcome) -> None:
@@ -363,7 +362,7 @@ SOONEST_IS: Final = Guard(
 #: instead of trying every edge. Keyed by identity: a swapped-in guard (the checker's
 #: broken machines) has no pick and is tried edge by edge.
 PICKS: Final[tuple[tuple[Guard, Callable[[TurnState], int]], ...]] = (
-    (NEXT_IS, _next_eligible),
+    (NEXT_IS, methodcaller("next_eligible")),  # `_next_eligible` without its own frame
     (FIRST_IS, _first_free),
     (SOONEST_IS, _soonest_free),
 )
@@ -494,7 +493,7 @@ def _finish(s: TurnState, arg: int) -> Action:
     v = s.visit
     if v.index >= 0 and v.credential is not None:
         s.health.succeeded(v.target.key, v.credential.health_id, s.policy, s.at)
-    return Finish(o.value if o is not None else None)
+    return new_finish(o.value if o is not None else None)
 
 
 def _fail(s: TurnState, arg: int) -> Action:

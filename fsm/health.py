@@ -102,6 +102,12 @@ class HealthStore:
     shared: ClassVar[bool] = False
     #: Does it record its changes (`_journal`) for a backend? (The in-memory store: no.)
     journals: ClassVar[bool] = False
+    #: Can `grant` take its update in place (its own `permit`, no journal)? Set per class.
+    _plain_grant: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls._plain_grant = cls.permit is HealthStore.permit and not cls.journals
 
     @staticmethod
     def default() -> HealthStore:
@@ -229,15 +235,23 @@ class HealthStore:
             r = self._apply(target, opened, now)
         return fleet.num(r or {}, "until")
 
-    def cool_credential(self, target: TargetKey, cred: str, until: float, now: float) -> float:
-        """Bench one credential of one target (never another target's)."""
+    def cool_credential(
+        self, target: TargetKey, cred: str, until: float, now: float, cause: str | None = None
+    ) -> float:
+        """Bench one credential of one target (never another target's) until `until`
+        unless it is benched already; returns the end of its bench. `cause`: what
+        `note_cause` would remember for it (under the same lock: a rate limit takes one)."""
         key = (target, cred)
         self._lock.acquire()  # not `with`: see `grant`
         try:
             current = self._cred_until.get(key, 0.0)
             if current > now:
+                if cause is not None and current == until:
+                    self._cause[key] = (until, cause)
                 return current
             self._cred_until[key] = until
+            if cause is not None:
+                self._cause[key] = (until, cause)
             if self.journals:
                 span = until - now
                 self._journal(target, cred, lambda r, t: fleet.cool(r, t, t + span))
@@ -310,7 +324,7 @@ class HealthStore:
         if not a.retry and key not in self._targets:
             return None  # nothing known of it: closed, and a first attempt takes nothing
         now = s.clock()
-        if type(self).permit is HealthStore.permit and not self.journals:
+        if self._plain_grant:
             # in memory: the same take, without building an update to journal (hot path)
             owner = self.owner(s) if a.probe else ""
             # acquire/release, not `with`: on CPython 3.11 `with` on a Lock costs twice as

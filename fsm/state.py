@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from .actions import Action, Attempt, Rebuild, Wait
+from .actions import Action, Attempt, Rebuild, Wait, new_attempt, new_rebuild, new_wait
 from .backoff import exp_cap, unit, wake_spread
 from .errors import TurnFailed
 from .health import HealthStore, relative
@@ -330,7 +330,7 @@ class TurnState:
 
     def fits_deadline(self, wait: float) -> bool:
         """A wait after which time is left for an attempt (`MIN_ATTEMPT` at least)."""
-        return self.elapsed() + wait + MIN_ATTEMPT <= self.policy.deadline
+        return self.at - self.started + wait + MIN_ATTEMPT <= self.policy.deadline
 
     def client_side_fault(self) -> bool:
         """Was the last outcome this attempt's fault, not the target's (a
@@ -405,7 +405,7 @@ class TurnState:
         floor = self.context_floor
         if floor is not None and t.context_length is not None and t.context_length <= floor:
             return f"skipped: context_length {t.context_length} <= {floor}"
-        ready = self.target_ready_at(j)
+        ready = self.health.ready_at(t.key, t.pool(), self.owner)  # `target_ready_at(j)`
         if ready > now:
             if self.health.lease_until(t.key, self.owner) == ready:
                 return f"skipped: half-open, another turn is probing it ({ready - now:.1f}s left)"
@@ -528,14 +528,14 @@ class TurnState:
         probe = self.health.half_open(v.target.key, now)
         if probe:
             v.probe = True
-        return Attempt(p.targets[ti], cred, timeout, n, probe, retry)
+        return new_attempt(p.targets[ti], cred, timeout, n, probe, retry)
 
     def rebuild(self) -> Rebuild:
-        return Rebuild(self.target)
+        return new_rebuild(self.target)
 
     def wait(self, seconds: float, reason: str) -> Wait:
         self.waited += seconds
-        return Wait(seconds, reason)
+        return new_wait(seconds, reason)
 
     def until(self, seconds: float) -> float:
         """A wait of `seconds` for a cooldown or Retry-After to end, plus a random part

@@ -221,6 +221,8 @@ def _compiled(decl: Declaration) -> Compiled:
 class _TurnBase:
     """The host-facing protocol shared by both executors."""
 
+    # slotted: a turn is built per call, and a dict per turn is a block to allocate and free
+    __slots__ = ("__weakref__", "s")
     s: TurnState
 
     def __init__(
@@ -328,6 +330,7 @@ class _TurnBase:
 class Turn(_TurnBase):
     """One turn on the compiled table (the default executor)."""
 
+    __slots__ = ("_table",)
     _table: Compiled
 
     def _ready(self) -> None:

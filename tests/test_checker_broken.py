@@ -93,12 +93,14 @@ def test_a_self_loop_on_429_is_caught_as_non_termination_and_a_closed_gate():
 class ExtendingHealth(HealthStore):
     __slots__ = ()
 
-    def cool_credential(self, target: Any, cred: str, until: float, now: float) -> float:
+    def cool_credential(
+        self, target: Any, cred: str, until: float, now: float, cause: str | None = None
+    ) -> float:
         with self._lock:
             for k, v in list(self._cred_until.items()):
                 if k[0] == target and v > now:
                     self._cred_until[k] = max(v, until)
-        return super().cool_credential(target, cred, until, now)
+        return super().cool_credential(target, cred, until, now, cause)
 
 
 def test_a_cooldown_that_extends_itself_is_caught():

@@ -7,7 +7,17 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import fallgate.fsm.health
-from fallgate.fsm import HealthStore, Turn, VirtualClock, instant_waits, run
+from fallgate.fsm import (
+    HealthStore,
+    Outcome,
+    OutcomeKind,
+    Turn,
+    VirtualClock,
+    instant_waits,
+    run,
+)
+from fallgate.fsm.actions import Attempt, Finish
+from fallgate.fsm.host import host_loop
 from fallgate.fsm.testing import FakeClock, play
 
 from helpers import chain
@@ -103,3 +113,43 @@ def test_a_turn_given_its_own_store_neither_reads_nor_writes_the_default():
     primary = chain("m0", "m1").targets[0]
     key1 = primary.credentials[0].health_id
     assert own.snapshot()["credentials"] == {(primary.key, key1): clock.now() + 60}
+
+
+def test_many_threads_sharing_one_store_spend_the_retry_budget_exactly():
+    """Retry tokens are taken under the store's lock however turns interleave: 16 threads
+    run 640 turns whose primary always times out, each wanting two retries of it; exactly
+    the bucket's 7 tokens are spent (no retry beyond them, none lost), and every turn
+    answers from the fallback."""
+    policy = chain(
+        "m0",
+        "m1",
+        max_attempts=2,
+        retry_budget={"size": 7, "refill": 0},
+        breaker={"allowed_failures": 1000},  # keep the primary in play: the budget binds
+    )
+    health = HealthStore()
+    clock = VirtualClock()
+    lock = threading.Lock()
+    retries: list[int] = []
+
+    def attempt(a: Attempt) -> Outcome:
+        if a.target.model == "m1":
+            return Outcome(OutcomeKind.SUCCESS, value="ok")
+        if a.retry:
+            with lock:
+                retries.append(a.number)
+        return Outcome(OutcomeKind.TRANSPORT, detail="timeout")
+
+    def turns(_: int) -> list[object]:
+        out = []
+        for _ in range(40):
+            turn = Turn(policy, health=health, clock=clock.now)
+            end = next(host_loop(turn, clock=clock, attempt=attempt))
+            out.append(end.result if isinstance(end, Finish) else end)
+        return out
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        ends = [e for batch in pool.map(turns, range(16)) for e in batch]
+    assert ends == ["ok"] * 640
+    assert len(retries) == 7
+    assert health.record(policy.targets[0].key).get("tokens") == 0
