@@ -147,7 +147,11 @@ def _client(
 
     def stats() -> dict[str, Any]:
         s = gate.clients.stats()
-        return {"clients_built": s["built"], "rebuilds": s["rebuilds"]}
+        return {
+            "clients_built": s["built"],
+            "rebuilds": s["rebuilds"],
+            "admission_cuts": gate._admission.cuts,
+        }
 
     return (lambda: gate.chat.completions.create(messages=MESSAGES)), stats
 

@@ -7,6 +7,7 @@ Drivers carry these out and feed back what happened: an `Outcome` after an
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -23,7 +24,9 @@ class Attempt:
     `probe`: the target's breaker is half-open and this attempt probes it; `retry`: another
     attempt on the same target in this turn (it spends the retry budget). Either needs the
     health store's grant before it goes out (`HealthStore.grant`; refused: feed
-    ``denied``)."""
+    ``denied``). `until_deadline`: the seconds left of the turn's deadline (at least
+    `timeout`): a host that holds the attempt back before it starts (a client that limits
+    its attempts in flight) holds it at most this long."""
 
     target: Target
     credential: Credential
@@ -31,6 +34,7 @@ class Attempt:
     number: int  # 1-based attempt number within the turn
     probe: bool = False
     retry: bool = False
+    until_deadline: float = math.inf
 
 
 @attrs.frozen(slots=True)

@@ -120,6 +120,7 @@ class AttemptBound:
     __slots__ = (
         "deadline",
         "due",
+        "lag",
         "late",
         "late_timer",
         "max_bytes",
@@ -150,6 +151,14 @@ class AttemptBound:
         #: process was starved (`starved()`); 0.0 otherwise. `late_timer` names it.
         self.late = 0.0
         self.late_timer = ""
+        #: How late its timers fired at most, however little (`admission` reads it).
+        self.lag = 0.0
+
+    def restart(self, seconds: float) -> None:
+        """Start the bound over from now, `seconds` long (the attempt waited for a slot
+        before it began: `admission`)."""
+        self.seconds = seconds
+        self.deadline = self.due = _MONOTONIC() + seconds
 
     def idle(self, seconds: float) -> None:
         """From now on, the next event must come within `seconds` (a committed stream)."""
@@ -164,6 +173,8 @@ class AttemptBound:
         """A timer of this attempt (`timer`, `length` seconds, due at `due`) fired: note
         how late, when that says the process was starved."""
         late = _MONOTONIC() - due
+        if late > self.lag:
+            self.lag = late
         if starved(late, length) and late > self.late:
             self.late = late
             self.late_timer = timer
