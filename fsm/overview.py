@@ -10,19 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from .diagram import (
-    _FAIL,
-    _FALLBACK,
-    _FINISH,
-    _TERMINAL_FILL,
-    FALLBACK_ALIAS,
-    _fallback_kinds,
-    _guard_text,
-    _kind,
-    _m,
-    _safe_id,
-    _wrap,
-)
+from .diagram_graph import FALLBACK_ALIAS, _fallback_kinds, _guard_buckets, _kind, _safe_id, _wrap
+from .diagram_style import _FAIL, _FALLBACK, _FINISH, _TERMINAL_FILL, _m
 from .guards import SOONEST_IS
 from .machine import (
     ABORTED,
@@ -71,19 +60,11 @@ def _overview_lines(
 ) -> list[str]:
     """`_edge_lines`, with `fault*` inside longer lists, wrapped for the overview."""
     alias = _fallback_kinds(decl.policy)
-    buckets: dict[str, list[str]] = {}
-    for t in group:
-        if t.guard is not None:
-            key = f"[{_guard_text(t, decl.policy)}]"
-        elif counts[(t.source, t.trigger)] > 1:
-            key = "otherwise"
-        else:
-            key = ""
-        buckets.setdefault(key, []).append(t.trigger)
+    buckets = _guard_buckets(group, decl.policy, counts)
     lines: list[str] = []
     # the last resort reads last: "these fail at once; otherwise (no guard held) these"
     for key, triggers in sorted(buckets.items(), key=lambda kv: kv[0] == "otherwise"):
-        text = ", ".join(_alias_triggers(_uniq(triggers), alias))
+        text = ", ".join(_alias_triggers(triggers, alias))
         if key == "otherwise":
             lines += _wrap(f"otherwise: {text}", width)
         else:

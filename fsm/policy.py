@@ -10,34 +10,63 @@ the entry gives, else what the provider registry (`fsm.registry`, plus the
 policy's own ``[providers.<name>]`` tables) says. A target left with neither a
 base_url nor a credential source is refused, so nothing downstream ever falls
 back to an SDK's environment defaults.
+
+Here: the policy and its knobs (backoff, cooldown, breaker, retry budget) and
+reading a policy file. A target and its endpoint are `fsm.targets`, its keys
+`fsm.credentials`, the field checks `fsm.policy_checks`, the plain-data shape
+`fsm.policy_data`; their public names are importable from here too.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 import os
-import re
 import tomllib
-import unicodedata
-import urllib.parse
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
 from . import registry
-from .errors import MissingCredential, PolicyError, Problem
+from .credentials import KEYLESS_PLACEHOLDER, Credential, Secret
+from .errors import PolicyError, Problem
 from .outcomes import OutcomeKind
-from .redact import looks_like_key, redact, safe_url, url_repr
+from .policy_checks import (
+    _MISSING,
+    MAX_CONTEXT,
+    MAX_SECONDS,
+    _check_growth,
+    _check_rule,
+    _check_seconds,
+    _is_int,
+    _is_number,
+    _Problems,
+    name_problem,
+    url_problem,
+)
 from .registry import Provider
+from .targets import Rotation, Target, resolve_target
 from .textfile import UnreadableFile, read_text
 from .tomlpos import split_path, toml_line
-from .traits import DEFAULT_RULES, FAULT_KINDS, TRAITS, Rule
+from .traits import DEFAULT_RULES, Rule
 
-Rotation = Literal["fill_first", "round_robin"]
-_ROTATIONS = ("fill_first", "round_robin")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+__all__ = [
+    "KEYLESS_PLACEHOLDER",
+    "MAX_CONTEXT",
+    "MAX_POLICY_BYTES",
+    "MAX_SECONDS",
+    "MAX_TARGETS",
+    "Backoff",
+    "Breaker",
+    "Cooldown",
+    "Credential",
+    "Policy",
+    "RetryBudget",
+    "Rotation",
+    "Secret",
+    "Target",
+    "chain_too_long",
+    "resolve_target",
+]
 
 #: The longest chain: the primary and 99 fallbacks. Far above any real fallback list
 #: (a handful); a turn that keeps failing calls every target in turn, and what lists
@@ -45,373 +74,12 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: the chain: the full diagram (~1 MB of Mermaid at 100), the `transitions` executor,
 #: the model checker. The declaration and the default executor grow linearly.
 MAX_TARGETS = 100
-#: The longest duration a policy may give (deadline, attempt_timeout, backoff,
-#: cooldown, retry_after_cap): one day, the longest Retry-After fallgate honours.
-#: Far longer ones overflow the OS's timers (a sync attempt of 1e10 s failed with
-#: "timestamp out of range").
-MAX_SECONDS = 86_400.0
-#: The largest context_length (tokens): far above any model's window.
-MAX_CONTEXT = 1_000_000_000
 #: The largest policy file read (bytes).
 MAX_POLICY_BYTES = 1 << 20
-#: Characters no name may hold: controls (newline, NUL, ...), format characters
-#: (bidi overrides, zero-width), line and paragraph separators, surrogates. A name
-#: shows in traces, logs, errors and diagrams, where such a character breaks the
-#: line or the Mermaid/DOT source, or hides what the name says.
-_UNSEEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
-
-
-def name_problem(value: object) -> str | None:
-    """Why `value` is no good as a name (provider, model, credential id), or None."""
-    if not isinstance(value, str) or not value.strip():
-        return "must be a non-empty string"
-    for i, c in enumerate(value):
-        if unicodedata.category(c) in _UNSEEN:
-            return f"must not hold control characters (found {c!r} at position {i})"
-    return None
-
-
-def url_problem(value: object) -> str | None:
-    """Why `value` is no good as a base_url (an http:// or https:// URL), or None."""
-    want = "must be an http:// or https:// URL"
-    if not isinstance(value, str):
-        return want
-    for i, c in enumerate(value):
-        if c.isspace() or unicodedata.category(c) in _UNSEEN:
-            what = "a space" if c == " " else repr(c)
-            return f"{want} (found {what} at position {i})"
-    try:
-        parts = urllib.parse.urlsplit(value)
-        parts.port  # noqa: B018 - raises on a port that is not a number in 0..65535
-    except ValueError as e:
-        return f"{want} ({e})"
-    if parts.scheme.lower() not in ("http", "https"):
-        return want
-    if not parts.hostname:
-        return f"{want} with a host"
-    return None
-
-
-class _Problems:
-    """Collects problems under a path prefix; raises them together."""
-
-    def __init__(self, prefix: str = "") -> None:
-        self.prefix = prefix
-        self.items: list[Problem] = []
-
-    def add(self, field: str, value: object, message: str, secret: bool = False) -> None:
-        path = (
-            f"{self.prefix}{field}"
-            if field.startswith("[") or not self.prefix
-            else (f"{self.prefix}.{field}")
-        )
-        path = redact(path)  # a key pasted as a field name is not echoed either
-        if secret or _KEY_FIELD.search(path):
-            # A field meant for a key (or its variable's name) is never echoed: a key
-            # typed into it by mistake would be printed.
-            shown = _hidden(value)
-            if isinstance(value, str) and looks_like_key(value) and not secret:
-                message += (
-                    "; the value looks like an API key: put the key in an environment "
-                    "variable and give its name here"
-                )
-        else:
-            shown = _short_repr(value)
-            if isinstance(value, str) and looks_like_key(value):
-                message += " (the value looks like an API key; it is not shown)"
-        # A message may quote the value (a URL parser's complaint): masked too.
-        self.items.append(Problem(path or "<policy>", shown, redact(message)))
-
-    def extend(self, sub: PolicyError, field: str) -> None:
-        for p in sub.problems:
-            base = f"{self.prefix}.{field}" if self.prefix else field
-            path = f"{base}.{p.path}" if not p.path.startswith("[") else f"{base}{p.path}"
-            self.items.append(attrs.evolve(p, path=redact(path)))
-
-    def raise_if_any(self) -> None:
-        if self.items:
-            raise PolicyError(self.items)
-
-
-def env_name_ok(name: object) -> bool:
-    """An environment variable's name, and not a key that happens to be shaped like one
-    (``gsk_...``, ``AIza...``)."""
-    return isinstance(name, str) and bool(_ENV_NAME.match(name)) and not looks_like_key(name)
-
-
-#: Fields that hold a key or the name of the variable that holds one.
-_KEY_FIELD = re.compile(r"(?:^|\.)(?:key_envs?|api_keys?|credentials?)(?:\[\d+\])?$")
-
-
-def _short_repr(value: object) -> str:
-    """The value as a problem shows it: short, and with anything key-shaped masked."""
-    if value is _MISSING:
-        return ""
-    text = redact(repr(value))
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _hidden(value: object) -> str:
-    """A value of a key field, described without being shown."""
-    if value is _MISSING:
-        return ""
-    if isinstance(value, str):
-        return f"*** ({len(value)} characters, not shown)"
-    return f"*** (a {type(value).__name__}, not shown)"
-
-
-_MISSING = object()
-
-
-def _is_number(v: object) -> bool:
-    if isinstance(v, bool):
-        return False
-    return isinstance(v, int) or (isinstance(v, float) and math.isfinite(v))  # no int overflows
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-@attrs.frozen(slots=True, repr=False)
-class Secret:
-    """A key that never shows itself in repr, str, logs or diagrams."""
-
-    _value: str = attrs.field(alias="value")
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        """Pretty-printers (IPython, Hypothesis) walk attrs fields: show *** there too."""
-        p.text(repr(self))
-
-
-@attrs.frozen(slots=True)
-class Credential:
-    """One API key of a target's pool: a literal key or an env var read at use time.
-
-    `id` is the safe name that traces and logs show (``env:NAME`` or
-    ``key#N``); the key itself only leaves through `resolve()`.
-    """
-
-    id: str
-    env: str | None = None
-    key: Secret | None = None
-    #: The id health is shared under across processes: ``env:NAME`` for a key read from
-    #: the environment, a fingerprint of a literal key (``key:`` + 16 hex digits of a
-    #: salted SHA-256: the same key gets the same id in every process, and the id says
-    #: nothing of the key), else the id.
-    health_id: str = attrs.field(init=False, repr=False, eq=False)
-
-    def __attrs_post_init__(self) -> None:
-        ps = _Problems()
-        bad_id = name_problem(self.id)
-        if bad_id:
-            ps.add("id", self.id, bad_id)
-        if (self.env is None) == (self.key is None):
-            ps.add("credential", _MISSING, "give exactly one of key_env or api_key")
-        if self.env is not None and not env_name_ok(self.env):
-            ps.add("key_env", self.env, "must be an environment variable name")
-        if self.key is not None and (
-            not isinstance(self.key, Secret)
-            or not isinstance(self.key.reveal(), str)
-            or not self.key.reveal().strip()
-        ):
-            ps.add("api_key", self.key, "must be a non-empty string", secret=True)
-        ps.raise_if_any()
-        hid = self.id
-        if self.key is not None and self.id != "none":
-            digest = hashlib.sha256(b"fallgate-credential\0" + self.key.reveal().encode())
-            hid = f"key:{digest.hexdigest()[:16]}"
-        elif self.env is not None:
-            hid = f"env:{self.env}"
-        object.__setattr__(self, "health_id", hid)
-
-    def resolve(self, target: str = "?") -> str:
-        """The key, read now (env vars are read at use time, never cached)."""
-        if self.key is not None:
-            return self.key.reveal()
-        assert self.env is not None
-        value = os.environ.get(self.env, "")
-        if not value.strip():
-            raise MissingCredential(self.env, target)
-        return value
-
-    @classmethod
-    def from_env(cls, name: str) -> Credential:
-        return cls(id=f"env:{name}", env=name)
-
-    @classmethod
-    def literal(cls, key: str, n: int = 1) -> Credential:
-        return cls(id=f"key#{n}", key=Secret(key))
-
-
-def _endpoint_id(base_url: str | None) -> str:
-    """The base_url as a health-store key shows it: without credentials, which a short
-    digest of the whole URL stands for (two URLs differing only in their key stay
-    apart; the store, its snapshot and a shared backend never hold the key)."""
-    if not base_url:
-        return ""
-    shown = safe_url(base_url)
-    if shown == base_url:
-        return base_url
-    return f"{shown}#{hashlib.sha256(base_url.encode()).hexdigest()[:12]}"
-
-
-def _default_credentials() -> tuple[Credential, ...]:
-    return ()
-
-
-def _cred_tuple(value: Iterable[Credential]) -> tuple[Credential, ...]:
-    return tuple(value)
 
 
 def _target_tuple(value: Iterable[Target]) -> tuple[Target, ...]:
     return tuple(value)
-
-
-@attrs.frozen(slots=True)
-class Target:
-    """One entry of the chain. `index` 0 is the primary (set by the Policy)."""
-
-    provider: str
-    model: str
-    base_url: str | None = attrs.field(default=None, repr=url_repr)
-    context_length: int | None = None
-    credentials: tuple[Credential, ...] = attrs.field(
-        factory=_default_credentials, converter=_cred_tuple
-    )
-    rotation: Rotation = "fill_first"
-    #: A local server that takes no key (Ollama, vLLM without --api-key): no
-    #: credentials, and a placeholder key is sent (never one from the environment).
-    keyless: bool = False
-    index: int = 0
-    #: The state-name prefix: ``primary``, ``fallback_1``, ... (derived from index).
-    name: str = attrs.field(init=False, repr=False, eq=False)
-    #: Identity across turns, policies and processes (the health store's key): the
-    #: backend a request reaches, base_url and model (aliases of one backend share it).
-    key: tuple[str, str] = attrs.field(init=False, repr=False, eq=False)
-
-    def __attrs_post_init__(self) -> None:
-        ps = _Problems()
-        for name in ("provider", "model"):
-            v = getattr(self, name)
-            bad = name_problem(v)
-            if bad is None and looks_like_key(v):  # it would be sent, traced and drawn
-                bad = f"must be a {name} name, not a key"
-            if bad:
-                ps.add(name, v, bad)
-        bad_url = url_problem(self.base_url) if self.base_url is not None else None
-        if bad_url:
-            ps.add("base_url", self.base_url, bad_url)
-        if self.context_length is not None and not (
-            _is_int(self.context_length) and 0 < self.context_length <= MAX_CONTEXT
-        ):
-            ps.add(
-                "context_length",
-                self.context_length,
-                f"must be a positive integer of at most {MAX_CONTEXT:,} tokens",
-            )
-        if self.rotation not in _ROTATIONS:
-            ps.add("rotation", self.rotation, f"must be one of {', '.join(_ROTATIONS)}")
-        for i, c in enumerate(self.credentials):
-            if not isinstance(c, Credential):
-                ps.add(f"credentials[{i}]", c, "must be a Credential")
-        ids = [c.id for c in self.credentials if isinstance(c, Credential)]
-        if len(set(ids)) != len(ids):
-            ps.add("credentials", ids, "credential ids must be unique")
-        if not isinstance(self.keyless, bool):
-            ps.add("keyless", self.keyless, "must be true or false")
-        elif self.keyless and self.credentials:
-            ps.add("keyless", True, "a keyless target takes no key_env / api_key")
-        if not _is_int(self.index) or self.index < 0:
-            ps.add("index", self.index, "must be an integer >= 0")
-        ps.raise_if_any()
-        name = "primary" if self.index == 0 else f"fallback_{self.index}"
-        object.__setattr__(self, "name", name)
-        object.__setattr__(
-            self,
-            "key",
-            (_endpoint_id(self.base_url) or f"provider:{self.provider}", self.model),
-        )
-
-    def same_as(self, other: Target) -> bool:
-        """Identical entries (same provider+model, or same base_url+model) are skipped."""
-        if self.model != other.model:
-            return False
-        return self.provider == other.provider or (
-            self.base_url is not None and self.base_url == other.base_url
-        )
-
-    def pool(self) -> tuple[Credential, ...]:
-        """The credential pool; a keyless target has one anonymous slot (its key is a
-        placeholder: the SDK insists on one, a local server ignores it)."""
-        return self.credentials or (_ANONYMOUS,)
-
-
-#: What a keyless target sends as its key: never empty (an empty key would let
-#: the SDK look for one in its own environment variables).
-KEYLESS_PLACEHOLDER = "no-key"
-_ANONYMOUS = Credential(id="none", key=Secret(KEYLESS_PLACEHOLDER))
-
-
-def _known_list(extra: Mapping[str, Provider] | None) -> str:
-    return ", ".join(registry.known(extra))
-
-
-def resolve_target(
-    t: Target,
-    extra: Mapping[str, Provider] | None,
-    ps: _Problems,
-    where: str,
-    credentials_given: bool = False,
-) -> Target:
-    """`t` with its endpoint and credentials made explicit: what the entry gives,
-    else what the registry (`extra` first, then the built-in one) gives. What
-    cannot be made explicit is reported on `ps` under `where` (``primary``,
-    ``fallback_providers[0]``, ``targets[1]``). `credentials_given`: the entry
-    named credentials that were refused already (no second complaint)."""
-    info = registry.lookup(t.provider, extra)
-    changes: dict[str, Any] = {}
-    if t.base_url is None and (info is None or info.base_url is None):
-        near = registry.suggest(t.provider, extra)
-        hint = f" (did you mean {near!r}?)" if near and near != t.provider else ""
-        ps.add(
-            f"{where}.provider",
-            t.provider,
-            f"unknown provider and no base_url{hint}: use a known provider "
-            f"({_known_list(extra)}), or give base_url and a credential",
-        )
-        return t  # one root cause, one problem
-    if t.base_url is None and info is not None:
-        changes["base_url"] = info.base_url
-    if not t.credentials and not t.keyless and not credentials_given:
-        if info is not None and info.keyless:
-            changes["keyless"] = True
-        elif info is not None and info.key_envs:
-            changes["credentials"] = tuple(Credential.from_env(e) for e in info.key_envs)
-        else:
-            near = registry.suggest(t.provider, extra) if info is None else None
-            hint = f" (did you mean {near!r}?)" if near else ""
-            whose = (
-                f"provider {t.provider!r} has no key variable in the registry"
-                if info is not None
-                else f"{t.provider!r} is not a known provider{hint}"
-            )
-            ps.add(
-                f"{where}.key_env",
-                _MISSING,
-                "missing: no credential: give key_env, key_envs, api_key or api_keys, or "
-                f"keyless = true for a local server that takes no key ({whose}; known "
-                f"providers: {_known_list(extra)})",
-            )
-    return attrs.evolve(t, **changes) if changes else t
 
 
 @attrs.frozen(slots=True)
@@ -489,27 +157,6 @@ class RetryBudget:
         if not isinstance(self.enabled, bool):
             ps.add("enabled", self.enabled, "must be true or false")
         ps.raise_if_any()
-
-
-_MAX_MULTIPLIER = 1000
-
-
-def _check_growth(ps: _Problems, initial: float, multiplier: float, cap: float) -> None:
-    """initial * multiplier**n, capped: the shape Backoff and Cooldown share."""
-    n = len(ps.items)
-    _check_seconds(ps, "initial", initial)
-    if not _is_number(multiplier) or not 1 <= multiplier <= _MAX_MULTIPLIER:
-        ps.add("multiplier", multiplier, f"must be a finite number from 1 to {_MAX_MULTIPLIER}")
-    _check_seconds(ps, "cap", cap)
-    if len(ps.items) == n and cap < initial:
-        ps.add("cap", cap, f"must be >= initial ({initial})")
-
-
-def _check_seconds(ps: _Problems, name: str, v: object, positive: bool = False) -> None:
-    if not _is_number(v) or v < 0 or (positive and v == 0):  # type: ignore[operator]
-        ps.add(name, v, f"must be a finite number of seconds {'> 0' if positive else '>= 0'}")
-    elif v > MAX_SECONDS:  # type: ignore[operator]
-        ps.add(name, v, f"must be at most {MAX_SECONDS:g} seconds (one day)")
 
 
 def _provider_map(value: Mapping[str, Provider] | None) -> dict[str, Provider]:
@@ -692,41 +339,3 @@ def chain_too_long(n: int) -> str:
         f"{MAX_TARGETS - 1} fallbacks); a failing turn calls each target in turn, and the "
         "diagrams and the model checker grow with the square of the chain"
     )
-
-
-_RULE_FIELDS = tuple(f.name for f in attrs.fields(Rule))
-
-
-def _check_rule(ps: _Problems, kind: object, rule: object, continue_streams: bool) -> None:
-    if not isinstance(kind, OutcomeKind) or kind not in DEFAULT_RULES:
-        choices = ", ".join(k.value for k in FAULT_KINDS)
-        ps.add(f"rules.{kind}", _MISSING, f"unknown outcome class (choose from {choices})")
-        return
-    if not isinstance(rule, Rule):
-        ps.add(f"rules.{kind.value}", rule, "must be a Rule")
-        return
-    path = f"rules.{kind.value}"
-    for f in _RULE_FIELDS:
-        if not isinstance(getattr(rule, f), bool):
-            ps.add(f"{path}.{f}", getattr(rule, f), "must be true or false")
-    traits = TRAITS[kind]
-    switch = traits.retry_switch
-    if rule.retry and traits.may_retry and switch is not None and not continue_streams:
-        ps.add(f"{path}.retry", True, f"{kind.value} is retried only with {switch} = true")
-    elif rule.retry and not traits.may_retry:
-        retryable = ", ".join(k.value for k in FAULT_KINDS if TRAITS[k].may_retry)
-        ps.add(
-            f"{path}.retry",
-            True,
-            f"{kind.value} is never retried on the same target and credential "
-            f"(only {retryable} are retryable)",
-        )
-    if rule.rotate and not traits.may_rotate:
-        rotatable = ", ".join(k.value for k in FAULT_KINDS if TRAITS[k].may_rotate)
-        ps.add(
-            f"{path}.rotate",
-            True,
-            f"{kind.value} is not the key's fault; only {rotatable} rotate credentials",
-        )
-    if rule.fall_back and not traits.may_fall_back:
-        ps.add(f"{path}.fall_back", True, "a committed stream is never replayed on another target")

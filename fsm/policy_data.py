@@ -15,28 +15,28 @@ from typing import Any
 import attrs
 
 from . import registry
+from .credentials import Credential
 from .errors import PolicyError, Problem
 from .outcomes import OutcomeKind
 from .policy import (
-    _MISSING,
     MAX_TARGETS,
     Backoff,
     Breaker,
     Cooldown,
-    Credential,
     Policy,
     RetryBudget,
-    Target,
-    _known_list,
+    chain_too_long,
+)
+from .policy_checks import (
+    _MISSING,
     _Problems,
     _short_repr,
-    chain_too_long,
     env_name_ok,
     name_problem,
-    resolve_target,
     url_problem,
 )
 from .registry import Provider
+from .targets import Target, _known_list, resolve_target
 from .traits import DEFAULT_RULES, FAULT_KINDS, Rule
 
 __all__ = ["policy_from_dict"]

@@ -29,13 +29,16 @@ A request whose latency exceeds the new policy's attempt timeout times out (tran
 Jitter draws the turn's recorded random values first, in order, then a generator seeded
 with ``seed`` and the turn's id; the mix draws use their own seeded generator: a replay
 is deterministic given its seed. Pure: no I/O, no wall clock.
+
+This module is the engine; `fsm.assume` holds the ``--assume`` rules,
+`fsm.replay_recording` reads and checks the recording, `fsm.replay_report` the result
+and its text.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-import math
 import random as _random
 import statistics
 from collections.abc import Iterable, Mapping
@@ -44,331 +47,20 @@ from typing import Any, Final
 import attrs
 
 from .actions import Action, Attempt, Rebuild, Wait
+from .assume import UNKNOWN, Assume, Assumption
 from .health import HealthStore
 from .machine import TERMINALS
 from .outcomes import Outcome, OutcomeKind
 from .policy import Policy, Target
-from .trace import FORMAT, TracedTurn, TraceError, TraceEvent, read_turns
+from .replay_recording import ReplayError, _Answer, _asked, _check_turns, _starts
+from .replay_report import Path, ReplayReport, TurnReport
+from .trace import TracedTurn, TraceError, TraceEvent, read_turns
 from .turn import Turn
 
 __all__ = ["Assume", "Assumption", "ReplayError", "ReplayReport", "TurnReport", "replay"]
 
-_KINDS: Final = frozenset(k.value for k in OutcomeKind)
 #: Trace times are rounded to the microsecond: differences below this are rounding.
 _ROUNDING: Final = 2e-6
-UNKNOWN: Final = "unknown"
-
-
-class ReplayError(ValueError):
-    """A trace or a policy a replay cannot use: `line` is the trace line at fault (0: none)."""
-
-    def __init__(self, message: str, line: int = 0) -> None:
-        super().__init__(f"line {line}: {message}" if line else message)
-        self.line = line
-        self.message = message
-
-
-def _seconds(text: str, what: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise ValueError(f"{what} must be a number of seconds, not {text!r}") from None
-    if not (math.isfinite(v) and v >= 0):
-        raise ValueError(f"{what} must be a finite number of seconds >= 0, not {text!r}")
-    return v
-
-
-@attrs.frozen(slots=True)
-class Assume:
-    """What to assume for a request the recording cannot answer (see the module)."""
-
-    kind: str
-    latency: float = 0.0
-    retry_after: float | None = None
-
-    def __attrs_post_init__(self) -> None:
-        if self.kind not in _KINDS | {"recorded", UNKNOWN} or self.kind == "cancelled":
-            raise ValueError(
-                f"assumption {self.kind!r}: expected recorded, unknown or an outcome kind "
-                f"({', '.join(sorted(_KINDS - {'cancelled'}))})"
-            )
-
-    @classmethod
-    def parse(cls, text: str | Assume) -> Assume:
-        """``recorded``, ``unknown``, ``KIND:SECONDS`` or ``KIND:SECONDS:RETRY_AFTER``."""
-        if isinstance(text, Assume):
-            return text
-        parts = text.strip().split(":")
-        if parts[0] in ("recorded", UNKNOWN):
-            if len(parts) > 1:
-                raise ValueError(f"assumption {text!r}: {parts[0]} takes no seconds")
-            return cls(parts[0])
-        if not 2 <= len(parts) <= 3:
-            raise ValueError(
-                f"assumption {text!r}: expected KIND:SECONDS[:RETRY_AFTER] (e.g. success:0.4), "
-                "recorded or unknown"
-            )
-        ra = _seconds(parts[2], "Retry-After") if len(parts) == 3 else None
-        return cls(parts[0], _seconds(parts[1], "the latency"), ra)
-
-    def __str__(self) -> str:
-        if self.kind in ("recorded", UNKNOWN):
-            return self.kind
-        ra = f":{self.retry_after:g}" if self.retry_after is not None else ""
-        return f"{self.kind}:{self.latency:g}{ra}"
-
-
-@attrs.frozen(slots=True)
-class Assumption:
-    """A request the recording did not answer as such, and what the replay assumed."""
-
-    turn: str
-    at: float  # seconds into the turn
-    target: str  # the replayed policy's target name
-    backend: str  # its label (model, or model@endpoint)
-    what: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
-
-
-@attrs.frozen(slots=True)
-class Path:
-    """One turn's run, recorded or replayed."""
-
-    seconds: float
-    requests: Mapping[str, int]
-    end: str
-    waits: tuple[float, ...]
-    trace: tuple[TraceEvent, ...] = attrs.field(repr=False)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "seconds": self.seconds,
-            "requests": dict(self.requests),
-            "end": self.end,
-            "waits": list(self.waits),
-        }
-
-
-@attrs.frozen(slots=True)
-class TurnReport:
-    """One turn: as recorded, as replayed, and what the replay assumed."""
-
-    turn: str
-    start: float  # seconds after the first turn started
-    recorded: Path
-    replayed: Path
-    assumptions: tuple[Assumption, ...]
-    stopped: str | None = None
-
-    @property
-    def same_path(self) -> bool:
-        """The replay took the recorded transitions, one for one (times aside)."""
-        a, b = self.recorded.trace, self.replayed.trace
-        return len(a) == len(b) and all(x.same_step(y) for x, y in zip(a, b, strict=True))
-
-    @property
-    def saved(self) -> float | None:
-        """Seconds the replay answered sooner (None: the replay stopped, unknown)."""
-        if self.stopped is not None:
-            return None
-        return round(self.recorded.seconds - self.replayed.seconds, 6)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "turn": self.turn,
-            "start": round(self.start, 6),
-            "recorded": self.recorded.as_dict(),
-            "replayed": {**self.replayed.as_dict(), "stopped": self.stopped},
-            "assumptions": [a.as_dict() for a in self.assumptions],
-            "same_path": self.same_path,
-            "saved_seconds": self.saved,
-        }
-
-
-def _total(paths: Iterable[Path]) -> dict[str, Any]:
-    seconds = 0.0
-    requests: dict[str, int] = {}
-    ends: dict[str, int] = {}
-    for p in paths:
-        seconds += p.seconds
-        for k, n in p.requests.items():
-            requests[k] = requests.get(k, 0) + n
-        ends[p.end] = ends.get(p.end, 0) + 1
-    return {"seconds": round(seconds, 6), "requests": requests, "ends": ends}
-
-
-@attrs.frozen(slots=True)
-class ReplayReport:
-    """Every turn, recorded and replayed, and the totals."""
-
-    turns: tuple[TurnReport, ...]
-    seed: int
-
-    @property
-    def assumptions(self) -> tuple[Assumption, ...]:
-        return tuple(a for t in self.turns for a in t.assumptions)
-
-    @property
-    def recorded(self) -> dict[str, Any]:
-        """Totals as recorded: seconds (summed over turns), requests per backend, ends."""
-        return _total(t.recorded for t in self.turns)
-
-    @property
-    def replayed(self) -> dict[str, Any]:
-        return _total(t.replayed for t in self.turns)
-
-    def text(self) -> str:
-        """The report as a table: per turn and in total, then waits and assumptions."""
-        rows = [("turn", "start", "recorded", "replayed", "saved", "requests recorded", "replayed")]
-
-        def reqs(r: Mapping[str, int]) -> str:
-            return ", ".join(f"{k} {n}" for k, n in sorted(r.items())) or "-"
-
-        for t in self.turns:
-            rows.append(
-                (
-                    t.turn,
-                    f"+{t.start:.1f}s",
-                    f"{t.recorded.seconds:.3f}s {t.recorded.end}",
-                    f"{t.replayed.seconds:.3f}s {t.replayed.end}",
-                    f"{t.saved:.3f}s" if t.saved is not None else "?",
-                    reqs(t.recorded.requests),
-                    reqs(t.replayed.requests),
-                )
-            )
-        a, b = self.recorded, self.replayed
-
-        def ends(e: Mapping[str, int]) -> str:
-            return ", ".join(f"{n} {k}" for k, n in sorted(e.items()))
-
-        rows.append(
-            (
-                "total",
-                "",
-                f"{a['seconds']:.3f}s {ends(a['ends'])}",
-                f"{b['seconds']:.3f}s {ends(b['ends'])}",
-                f"{a['seconds'] - b['seconds']:.3f}s" if UNKNOWN not in b["ends"] else "?",
-                reqs(a["requests"]),
-                reqs(b["requests"]),
-            )
-        )
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = [
-            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-        ]
-        waits = [
-            f"  {t.turn}: recorded {_list(t.recorded.waits)}; replayed {_list(t.replayed.waits)}"
-            for t in self.turns
-            if t.recorded.waits or t.replayed.waits
-        ]
-        if waits:
-            lines += ["", "waits (seconds):", *waits]
-        same = sum(t.same_path for t in self.turns)
-        lines += ["", f"{same} of {len(self.turns)} turns took their recorded path"]
-        found = self.assumptions
-        lines += ["", f"assumptions ({len(found)}):" if found else "assumptions: none"]
-        lines += [f"  {x.turn} +{x.at:.3f}s {x.target} ({x.backend}): {x.what}" for x in found]
-        return "\n".join(lines) + "\n"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "seed": self.seed,
-            "recorded": self.recorded,
-            "replayed": {**self.replayed, "assumptions": [a.as_dict() for a in self.assumptions]},
-            "turns": [t.as_dict() for t in self.turns],
-        }
-
-
-# -- the recording, as the replay reads it ------------------------------------------------------
-
-
-@attrs.frozen(slots=True)
-class _Answer:
-    """One recorded request: when it started (virtual), which backend, what it produced."""
-
-    start: float
-    turn: str
-    at: float  # seconds into its turn
-    kind: str
-    status: int | None
-    retry_after: float | None
-    latency: float
-    partial: bool
-
-    def outcome(self, now: float | None = None) -> Outcome:
-        ra = self.retry_after
-        if ra is not None and now is not None:
-            ra = max(0.0, ra - (now - self.start))
-        return Outcome(
-            OutcomeKind(self.kind),
-            status=self.status,
-            retry_after=ra,
-            partial="(recorded partial answer)" if self.partial else None,
-        )
-
-
-def _asked(events: Iterable[TraceEvent]) -> list[tuple[str | None, TraceEvent]]:
-    """The requests of a trace: (the target name that was asked, the transition that ended
-    the request). A transition names where it went; the request went to the target of
-    the transition that asked for it."""
-    out = []
-    asked: str | None = None
-    for e in events:
-        if e.request:
-            out.append((asked, e))
-        if e.action == "Attempt":
-            asked = e.target
-    return out
-
-
-def _check_turns(turns: list[TracedTurn]) -> None:
-    if not turns:
-        raise ReplayError("the trace holds no turn")
-    for t in turns:
-        if t.header is None:
-            raise ReplayError(
-                f"a trace without turn lines (format {FORMAT} starts each turn with a line "
-                '{"v": 1, "turn", "start", "clock", "domain", "first", "targets"}; its '
-                "transitions carry latency, status and retry_after): replay needs one "
-                "recorded by fallgate.record_traces",
-                t.line,
-            )
-        names = {x.name for x in t.header.targets}
-        for (asked, e), n in zip(_asked(t.events), _request_lines(t), strict=True):
-            if asked not in names:
-                raise ReplayError(f"a request to {asked!r}, not a target of turn {t.id}", n)
-            if e.event not in _KINDS:
-                raise ReplayError(f"event {e.event!r} of a request is not an outcome kind", n)
-            if e.latency is None or not (math.isfinite(e.latency) and e.latency >= 0):
-                raise ReplayError(f"latency {e.latency!r} must be seconds >= 0", n)
-            if e.status is not None and isinstance(e.status, bool):
-                raise ReplayError("status must be an integer", n)
-
-
-def _request_lines(t: TracedTurn) -> list[int]:
-    lines = t.lines or tuple(t.line for _ in t.events)
-    return [n for e, n in zip(t.events, lines, strict=False) if e.request]
-
-
-def _starts(turns: list[TracedTurn]) -> list[float]:
-    """Each turn's start on the replay's virtual clock. Turns of one clock domain keep
-    their clock readings' differences exactly; domains are placed by wall-clock start.
-    The domain of the earliest turn keeps its readings as they are."""
-    heads = [t.header for t in turns]
-    assert all(h is not None for h in heads)
-    first = min(range(len(turns)), key=lambda i: (heads[i].start, i))  # type: ignore[union-attr]
-    h0 = heads[first]
-    assert h0 is not None
-    shift: dict[str, float] = {h0.domain: 0.0}
-    out = []
-    for h in heads:
-        assert h is not None
-        if h.domain not in shift:
-            shift[h.domain] = h0.clock + (h.start - h0.start) - h.clock
-        out.append(h.clock + shift[h.domain])
-    return out
 
 
 # -- the replay ---------------------------------------------------------------------------------
@@ -663,10 +355,6 @@ class _Replay:
 def _tick(t: float) -> float:
     """`t` to the microsecond, for ordering events of different turns."""
     return round(t, 6)
-
-
-def _list(xs: Iterable[float]) -> str:
-    return " ".join(f"{x:.3f}" for x in xs) or "-"
 
 
 def _words(o: Outcome) -> str:

@@ -8,8 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from fallgate.providers import cli
-from fallgate.providers.cli import main
+from fallgate.providers.cli import inputs, main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "replay"
@@ -157,7 +156,7 @@ def test_a_policy_matching_no_recorded_target_is_refused(
 def test_a_huge_trace_is_refused_before_it_is_read(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "MAX_TRACE_BYTES", 1024)
+    monkeypatch.setattr(inputs, "MAX_TRACE_BYTES", 1024)
     big = tmp_path / "big.jsonl"
     big.write_text(INCIDENT.read_text() * 4)
     code, _, err = run(capsys, "replay", big, "--policy", DEFAULT)
