@@ -37,6 +37,8 @@ MESSAGES = [{"role": "user", "content": "Say hi."}]
 SYSTEMS = ("bare_sdk", "fallgate")
 MODEL = "overload-model"
 BACKLOG = 8
+#: Busy loops beside the saturated run (`measure(saturate=...)`).
+SATURATE = 2
 
 _BODY = json.dumps(
     {
@@ -301,9 +303,7 @@ def measure(
         servers = {s: stack.enter_context(server_process(backlog, cpus)) for s in SYSTEMS}
         with ThreadPoolExecutor(len(SYSTEMS)) as pool:
             runs = {
-                s: pool.submit(
-                    run_client, s, servers[s][0], turns, timeout, deadline, 300, cpus
-                )
+                s: pool.submit(run_client, s, servers[s][0], turns, timeout, deadline, 300, cpus)
                 for s in SYSTEMS
             }
             results = {s: f.result() for s, f in runs.items()}
@@ -317,10 +317,15 @@ def measure(
 
 
 def table(o: dict[str, Any]) -> list[str]:
+    saturated = (
+        f"; saturated: both clients, both servers and {o['saturate']} busy loops on one CPU"
+        if o.get("saturate")
+        else ""
+    )
     rows = [
         f"**Overload** ({o['turns']} concurrent turns, loopback server with listen backlog "
         f"{o['backlog']}; attempt timeout {o['attempt_timeout']:g} s, fallgate deadline "
-        f"{o['deadline']:g} s; one run each)",
+        f"{o['deadline']:g} s{saturated}; one run each)",
         "",
         "| system | answered | seconds | slowest turn s | requests answered | SDK clients built |",
         "|---|---:|---:|---:|---:|---:|",

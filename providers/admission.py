@@ -28,6 +28,11 @@ from typing import Any
 
 from .bounds import STARVED_AFTER, AttemptBound, AttemptTimeout
 
+__all__ = ["MIN_LIMIT", "Admission", "AsyncAdmission"]
+
+#: The limit never goes below this many attempts in flight.
+MIN_LIMIT = 8
+
 
 class _Done:
     """An awaitable that is already done (no coroutine made for the common case)."""
@@ -40,11 +45,6 @@ class _Done:
 
 
 _DONE = _Done()
-
-__all__ = ["AsyncAdmission", "Admission", "MIN_LIMIT"]
-
-#: The limit never goes below this many attempts in flight.
-MIN_LIMIT = 8
 
 
 class _Limit:

@@ -74,7 +74,7 @@ def test_on_a_saturated_client_fallgate_answers_at_least_as_many_turns_as_the_sd
     before the late-timer rule and the admission limit, fallgate answered a fraction of
     the SDK's count there (its retries stopped by the budget and the breaker, then all
     of them sent at once into the lagging loop)."""
-    res = overload.measure(turns=TURNS, timeout=4.0, saturate=2)
+    res = overload.measure(turns=TURNS, timeout=4.0, saturate=overload.SATURATE)
     fg, bare = res["fallgate"], res["bare_sdk"]
     assert fg["answered"] >= SHARE * bare["answered"], res
     assert fg["admission_cuts"] >= 1, res  # the limit did engage

@@ -159,9 +159,7 @@ class _LateStream:
 
 
 @pytest.mark.parametrize(("late", "client_side"), [(0.0, False), (0.4, True)])
-def test_a_sync_read_that_timed_out_is_client_side_only_when_its_thread_ran_late(
-    late, client_side
-):
+def test_a_sync_read_that_timed_out_is_client_side_only_when_its_thread_ran_late(late, client_side):
     """The threaded driver's wrappers measure the same way as the asyncio ones."""
     stream = _Stream(_LateStream(late), _CORE)
     bound = AttemptBound(0.1, 1024)
