@@ -385,11 +385,8 @@ def _fleet_tables(result: dict[str, Any]) -> list[str]:
         ]
         total = fl["workers"] * fl["turns_per_worker"]
         for name, v in fl["stores"].items():
-            label = {
-                "per-process": "per process (in-memory)",
-                "sqlite": "`SQLiteHealthStore`",
-                "redis": "`RedisHealthStore`",
-            }.get(name, name)
+            label = {"per-process": "per process (in-memory)", "sqlite": "`SQLiteHealthStore`",
+                     "redis": "`RedisHealthStore`"}.get(name, name)
             lines.append(
                 f"| {label} | {v['primary_requests_in_cooldown']} "
                 f"| {v['answered_by_fallback']}/{total} | {v['failed_turns']} |"
