@@ -23,8 +23,6 @@ import collections
 import math
 import threading
 import time
-from collections.abc import Awaitable, Generator
-from typing import Any
 
 from .bounds import STARVED_AFTER, AttemptBound, AttemptTimeout
 
@@ -32,19 +30,6 @@ __all__ = ["MIN_LIMIT", "Admission", "AsyncAdmission"]
 
 #: The limit never goes below this many attempts in flight.
 MIN_LIMIT = 8
-
-
-class _Done:
-    """An awaitable that is already done (no coroutine made for the common case)."""
-
-    __slots__ = ()
-
-    def __await__(self) -> Generator[Any, None, None]:
-        return
-        yield
-
-
-_DONE = _Done()
 
 
 class _Limit:
@@ -104,18 +89,19 @@ class AsyncAdmission:
     def cuts(self) -> int:
         return self._state.cuts
 
-    def admit(self, bound: AttemptBound, until_deadline: float) -> Awaitable[None]:
+    def admit_now(self) -> bool:
+        """Take a slot if one is free and nobody waits (the common case: no await)."""
+        s = self._state
+        if s.in_flight < s.limit and not self._waiters:
+            s.take()
+            return True
+        return False
+
+    async def admit(self, bound: AttemptBound, until_deadline: float) -> None:
         """Take a slot for the attempt `bound` bounds, waiting at most `until_deadline`
         (what is left of the turn's deadline); the bound restarts once the slot came
         (the wait was the client's, not the target's time). Raises an unsent
         `AttemptTimeout` when no slot came before the deadline."""
-        s = self._state
-        if s.in_flight < s.limit and not self._waiters:  # not engaged: no await
-            s.take()
-            return _DONE
-        return self._wait(bound, until_deadline)
-
-    async def _wait(self, bound: AttemptBound, until_deadline: float) -> None:
         start = time.monotonic()
         if not await self.acquire(until_deadline):
             raise _no_slot(self._state)

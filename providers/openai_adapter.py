@@ -372,7 +372,8 @@ class AsyncFallgate(_Base):
                     # asyncio.timeout too where the socket is not bounded (`instrument`)
                     bound = attempt_bound(call.policy, a)
                     admission = self._admission
-                    await admission.admit(bound, a.until_deadline)
+                    if not admission.admit_now():  # engaged: wait for a slot
+                        await admission.admit(bound, a.until_deadline)
                     ok = False
                     try:
                         async with abounded(bound, backstop=not lease.bounded):
