@@ -47,6 +47,7 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
+import math
 import sys
 import time
 import weakref
@@ -84,6 +85,23 @@ def starved(late: float, length: float) -> bool:
     """Did a timer `length` seconds long that fired `late` seconds past its due time
     fire late because the process was starved?"""
     return late > STARVED_AFTER and late > STARVED_SHARE * length
+
+
+class _Starvation:
+    """When a timer of this process last fired late enough to say it was starved, and
+    how late (starvation is the process's: every client in it shares the CPU). An
+    attempt whose own timer fired on time, but that was out while the process starved,
+    spent its time waiting for the process too (each of its steps waits for a loop
+    iteration): its timeout is no more the target's than a late one."""
+
+    __slots__ = ("at", "late")
+
+    def __init__(self) -> None:
+        self.at = -math.inf
+        self.late = 0.0
+
+
+STARVATION = _Starvation()
 
 
 class AttemptTimeout(TimeoutError):
@@ -127,6 +145,8 @@ class AttemptBound:
         "phase",
         "received",
         "seconds",
+        "started",
+        "timed_out",
         "touched",
         "tripped",
         "unsent",
@@ -136,7 +156,8 @@ class AttemptBound:
         #: The limit the deadline was last set from, and what it bounds (for messages).
         self.seconds = seconds
         self.phase = "total"
-        self.deadline = _MONOTONIC() + seconds
+        self.started = _MONOTONIC()
+        self.deadline = self.started + seconds
         self.max_bytes = max_bytes
         self.received = 0
         #: What ran out: "time", "bytes", or None.
@@ -153,12 +174,15 @@ class AttemptBound:
         self.late_timer = ""
         #: How late its timers fired at most, however little (`admission` reads it).
         self.lag = 0.0
+        #: A timer of it fired (`fired`).
+        self.timed_out = False
 
     def restart(self, seconds: float) -> None:
         """Start the bound over from now, `seconds` long (the attempt waited for a slot
         before it began: `admission`)."""
         self.seconds = seconds
-        self.deadline = self.due = _MONOTONIC() + seconds
+        self.started = _MONOTONIC()
+        self.deadline = self.due = self.started + seconds
 
     def idle(self, seconds: float) -> None:
         """From now on, the next event must come within `seconds` (a committed stream)."""
@@ -172,12 +196,25 @@ class AttemptBound:
     def fired(self, timer: str, length: float, due: float) -> None:
         """A timer of this attempt (`timer`, `length` seconds, due at `due`) fired: note
         how late, when that says the process was starved."""
-        late = _MONOTONIC() - due
+        now = _MONOTONIC()
+        late = now - due
+        self.timed_out = True
         if late > self.lag:
             self.lag = late
-        if starved(late, length) and late > self.late:
-            self.late = late
-            self.late_timer = timer
+        if starved(late, length):
+            STARVATION.at = now
+            STARVATION.late = late
+            if late > self.late:
+                self.late = late
+                self.late_timer = timer
+        elif not self.late and STARVATION.at >= self.started:
+            # on time, but the process starved while this attempt was out
+            self.late = STARVATION.late
+            self.late_timer = "process's timers"
+
+    def starved(self) -> bool:
+        """Was the process starved while this attempt was out, as far as it knows?"""
+        return self.late > 0.0
 
     def error(self) -> Exception:
         """What the attempt raises once a bound has tripped, or once a timer of it fired

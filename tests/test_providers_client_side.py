@@ -225,3 +225,20 @@ def test_a_timeout_that_fired_on_time_is_still_the_targets(fault_server: FaultSe
         with pytest.raises(Exception, match="retry budget of primary is empty"):
             gate.run(messages=MSG)
     assert len(fault_server.requests) == 1
+
+
+def test_a_timeout_on_time_while_the_process_starved_meanwhile_is_the_clients_too():
+    """Attempt A's timer fires on time, but while A was out another attempt's timer
+    fired long past its due time: the process starved while A was out, and each of
+    A's steps waited on it too (on a saturated loop no single timer need be very late
+    for an attempt of many steps to run out). An attempt that began after it is not."""
+    a = AttemptBound(5.0, 1024)
+    b = AttemptBound(0.05, 1024)
+    time.sleep(0.3)
+    b.fired("read timer", 0.05, b.started + 0.05)  # 0.25 s late: starved
+    assert b.starved()
+    a.fired("connect timer", 5.0, time.monotonic())  # on time
+    assert a.starved() and "starved" in str(a.error())
+    c = AttemptBound(5.0, 1024)  # began after the starvation
+    c.fired("connect timer", 5.0, time.monotonic())
+    assert not c.starved()
