@@ -7,7 +7,8 @@ time bound starts when the slot comes. Before it, 1,000 concurrent turns on a
 saturated client all went out at once, every loop iteration took seconds, nearly
 every connect timed out unobserved and fallgate answered 0-132 of 1,000 where the bare
 SDK answered 4-372 (`python -m bench --only overload` beside CPU burners); with it,
-872-1000 where the SDK answered 26-250 at the same moments.
+895-1000 where the SDK answered 4-981 at the same moments (`python -m bench --only
+overload`, as the machine was, beside CPU burners, and saturated on one CPU).
 """
 
 from __future__ import annotations
