@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import socket
 import subprocess
@@ -36,6 +37,8 @@ MESSAGES = [{"role": "user", "content": "Say hi."}]
 SYSTEMS = ("bare_sdk", "fallgate")
 MODEL = "overload-model"
 BACKLOG = 8
+#: Busy loops beside the saturated run (`measure(saturate=...)`).
+SATURATE = 2
 
 _BODY = json.dumps(
     {
@@ -93,9 +96,31 @@ async def _serve(backlog: int) -> int:
     return 0
 
 
+def _pin(pid: int, cpus: set[int] | None) -> None:
+    if cpus is not None:
+        os.sched_setaffinity(pid, cpus)
+
+
 @contextlib.contextmanager
-def server_process(backlog: int = BACKLOG) -> Iterator[tuple[str, dict[str, int]]]:
-    """The server in its own process; yields (base URL, counts), counts filled on exit."""
+def busy_loops(n: int, cpus: set[int] | None) -> Iterator[None]:
+    """`n` processes that spin on `cpus` until the block ends (a saturated machine)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        for p in procs:
+            _pin(p.pid, cpus)
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@contextlib.contextmanager
+def server_process(
+    backlog: int = BACKLOG, cpus: set[int] | None = None
+) -> Iterator[tuple[str, dict[str, int]]]:
+    """The server in its own process (on `cpus`); yields (base URL, counts), counts
+    filled on exit."""
     server = subprocess.Popen(
         [sys.executable, "-m", "bench.overload", "serve", str(backlog)],
         stdin=subprocess.PIPE,
@@ -103,6 +128,7 @@ def server_process(backlog: int = BACKLOG) -> Iterator[tuple[str, dict[str, int]
         text=True,
         cwd=ROOT,
     )
+    _pin(server.pid, cpus)
     assert server.stdout is not None and server.stdin is not None
     counts: dict[str, int] = {}
     try:
@@ -147,7 +173,11 @@ def _client(
 
     def stats() -> dict[str, Any]:
         s = gate.clients.stats()
-        return {"clients_built": s["built"], "rebuilds": s["rebuilds"]}
+        return {
+            "clients_built": s["built"],
+            "rebuilds": s["rebuilds"],
+            "admission_cuts": gate._admission.cuts,
+        }
 
     return (lambda: gate.chat.completions.create(messages=MESSAGES)), stats
 
@@ -199,10 +229,16 @@ def _args(*values: float) -> list[str]:
 
 
 def run_client(
-    system: str, base_url: str, turns: int, timeout: float, deadline: float, cap: float = 300
+    system: str,
+    base_url: str,
+    turns: int,
+    timeout: float,
+    deadline: float,
+    cap: float = 300,
+    cpus: set[int] | None = None,
 ) -> dict[str, Any]:
-    """One system's run in a fresh child process."""
-    out = subprocess.run(
+    """One system's run in a fresh child process (on `cpus`)."""
+    proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -212,15 +248,29 @@ def run_client(
             base_url,
             *_args(turns, timeout, deadline),
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=cap,
         cwd=ROOT,
     )
-    if out.returncode != 0:
-        raise RuntimeError(f"{system} overload run failed: {out.stderr[-800:]}")
-    res: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    _pin(proc.pid, cpus)
+    try:
+        stdout, stderr = proc.communicate(timeout=cap)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    if proc.returncode != 0:
+        raise RuntimeError(f"{system} overload run failed: {stderr[-800:]}")
+    res: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     return res
+
+
+def one_cpu() -> set[int] | None:
+    """One CPU this process may run on (None where affinity cannot be set)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    return {max(os.sched_getaffinity(0))}
 
 
 def measure(
@@ -229,21 +279,31 @@ def measure(
     deadline: float = 120.0,
     backlog: int = BACKLOG,
     log: Any = None,
+    saturate: int = 0,
 ) -> dict[str, Any]:
     """Both systems at the same time, each against a server of its own: whatever else
     the machine is doing weighs on both alike (run one after the other, a busy moment
-    would decide the comparison)."""
+    would decide the comparison).
+
+    `saturate` > 0: a saturated client on purpose, the same on any machine: both
+    clients, both servers and `saturate` busy loops share one CPU (Linux affinity), so
+    each process gets a fraction of it and the clients' event loops lag by seconds."""
+    cpus = one_cpu() if saturate else None
+    if saturate and cpus is None:
+        raise RuntimeError("saturate needs os.sched_setaffinity (Linux)")
     out: dict[str, Any] = {
         "turns": turns,
         "attempt_timeout": timeout,
         "deadline": deadline,
         "backlog": backlog,
+        "saturate": saturate,
     }
     with contextlib.ExitStack() as stack:
-        servers = {s: stack.enter_context(server_process(backlog)) for s in SYSTEMS}
+        stack.enter_context(busy_loops(saturate, cpus))
+        servers = {s: stack.enter_context(server_process(backlog, cpus)) for s in SYSTEMS}
         with ThreadPoolExecutor(len(SYSTEMS)) as pool:
             runs = {
-                s: pool.submit(run_client, s, servers[s][0], turns, timeout, deadline)
+                s: pool.submit(run_client, s, servers[s][0], turns, timeout, deadline, 300, cpus)
                 for s in SYSTEMS
             }
             results = {s: f.result() for s, f in runs.items()}
@@ -257,10 +317,15 @@ def measure(
 
 
 def table(o: dict[str, Any]) -> list[str]:
+    saturated = (
+        f"; saturated: both clients, both servers and {o['saturate']} busy loops on one CPU"
+        if o.get("saturate")
+        else ""
+    )
     rows = [
         f"**Overload** ({o['turns']} concurrent turns, loopback server with listen backlog "
         f"{o['backlog']}; attempt timeout {o['attempt_timeout']:g} s, fallgate deadline "
-        f"{o['deadline']:g} s; one run each)",
+        f"{o['deadline']:g} s{saturated}; one run each)",
         "",
         "| system | answered | seconds | slowest turn s | requests answered | SDK clients built |",
         "|---|---:|---:|---:|---:|---:|",

@@ -5,6 +5,7 @@
     python -m bench --only core,checker
     python -m bench --only hermes   # hermes-agent alone / with fallgate (make bench-hermes)
     python -m bench --only overload # 1,000 concurrent turns, a server whose accept queue overflows
+                                    # (then again with the clients saturated on one CPU)
     python -m bench --only declare  # declaration size for 10, 100, 1,000 targets
 
 bench.json holds exactly the keys of issue 6 plus ``fleet`` and ``storm`` (and ``hermes``
@@ -40,7 +41,8 @@ GOALS = {
     "faults": "every scenario within 1.1 x oracle + 50 ms",
     "throughput": "fallgate wall time <= 1.05 x bare SDK",
     "throughput_cpu": "fallgate client CPU per turn <= 1.05 x bare SDK (median, interleaved)",
-    "overload": "under overload fallgate answers at least as many turns as the bare SDK",
+    "overload": "under overload fallgate answers at least as many turns as the bare SDK"
+    " (quiet and saturated client)",
     "checker": "default policy checked (completely) in < 5 s",
     "fleet": "shared stores: primary requests in its cooldown <= 1 (per-process: one each)",
     "storm": "fallgate: <= 1.1 requests per turn to a primary that answers 503",
@@ -150,6 +152,11 @@ def run(
         ov = overload.measure(turns=turns, log=log)
         result["overload"] = ov
         details["overload"] = ov
+        if overload.one_cpu() is not None:
+            log(f"overload, saturated ({overload.SATURATE} busy loops on the clients' one CPU) ...")
+            ovs = overload.measure(turns=turns, log=log, saturate=overload.SATURATE)
+            result["overload_saturated"] = ovs
+            details["overload_saturated"] = ovs
     if "declare" in sections:
         from . import declare
 
@@ -214,7 +221,8 @@ def goals(result: dict[str, Any], details: dict[str, Any] | None = None) -> dict
             out["throughput_cpu"] = inter["cpu_ratio_median"] <= 1.05
     ov = result.get("overload")
     if ov:
-        out["overload"] = ov["fallgate"]["answered"] >= ov["bare_sdk"]["answered"]
+        runs = [ov, *([result["overload_saturated"]] if "overload_saturated" in result else [])]
+        out["overload"] = all(r["fallgate"]["answered"] >= r["bare_sdk"]["answered"] for r in runs)
     k = result.get("checker")
     if k:
         complete = (details or {}).get("checker", {}).get("_complete", True)
@@ -345,6 +353,8 @@ def table(result: dict[str, Any], details: dict[str, Any] | None = None) -> str:
         from .overload import table as overload_table
 
         lines += overload_table(ov)
+        if "overload_saturated" in result:
+            lines += overload_table(result["overload_saturated"])
     h = result.get("hermes")
     if h:
         from .hermes import table as hermes_table

@@ -56,9 +56,10 @@ class Outcome:
     original exception rides along in `error` (excluded from repr/eq).
     `client_side`: the fault is this attempt's, not the target's: the host saw the
     target answer other attempts while this one was out (its connection failed, the
-    target is up), or the attempt's time ran out before it reached the network (the
-    client was busy). The pools set it on transport faults; what it changes:
-    `fsm.traits.Traits.connection_level`.
+    target is up), the attempt's time ran out before it reached the network (the
+    client was busy), or the timer that ended it fired long past its due time (the
+    process was starved, so whatever the target did went unobserved). The adapter sets
+    it on transport faults; what it changes: `fsm.traits.Traits.connection_level`.
     """
 
     kind: OutcomeKind = attrs.field(converter=OutcomeKind)

@@ -528,7 +528,7 @@ class TurnState:
         probe = self.health.half_open(v.target.key, now)
         if probe:
             v.probe = True
-        return new_attempt(p.targets[ti], cred, timeout, n, probe, retry)
+        return new_attempt(p.targets[ti], cred, timeout, n, probe, retry, max(timeout, left))
 
     def rebuild(self) -> Rebuild:
         return new_rebuild(self.target)

@@ -88,8 +88,9 @@ class Traits:
     `cool_after`: with its rule's `cooldown` on, the target is benched once this many
     turns in a row (no success between) left it on hard faults, this kind the last.
     `connection_level`: an outcome of this kind marked `Outcome.client_side` (the
-    target answered other attempts while this one was out, or the attempt never
-    reached the network) is laid on this attempt, not on the target: it counts toward
+    target answered other attempts while this one was out, the attempt never reached
+    the network, or its timer fired late on a starved process) is laid on this
+    attempt, not on the target: it counts toward
     no breaker or cooldown, is retried after a backoff rather than recovered from, and
     the retry takes no retry token (the budget stops retry storms against a target
     that is down, not retries to one that answers); the checker feeds it both ways.

@@ -26,6 +26,15 @@ A tripped bound raises the library's own ``ReadTimeout`` / ``ReadError``
 inside it (so the connection is dropped the way the library drops any broken
 one); `bounded` then raises `AttemptTimeout` (a transport fault) or
 `BodyTooLarge` (a malformed reply) in place of whatever the SDK made of it.
+
+When a timer of the attempt (its bound's, or the SDK's own per-phase timeout)
+fires, the wrappers note how late it fired against when it was due (one clock
+read, on the timeout path only). A timer that fired much later than due says
+the process was starved (its event loop, or its threads, did not run): the
+reply may have been sitting unread in the socket all along, so the timeout is
+no evidence that the target is slow or down. `bounded` then raises an
+`AttemptTimeout` with ``starved`` set, which the classifier marks a
+client-side fault (`fsm.Outcome.client_side`).
 For a client whose transport cannot be wrapped (a transport of the caller's
 own), the asyncio wrappers run each bounded step under ``asyncio.timeout``
 instead (`abounded` with ``backstop``); a sync one keeps only the SDK's
@@ -38,6 +47,7 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
+import math
 import sys
 import time
 import weakref
@@ -62,16 +72,56 @@ __all__ = [
 
 _MONOTONIC = time.monotonic
 
+#: A timer that fired later than this (seconds) past its due time, and by more than
+#: `STARVED_SHARE` of its own length, fired late because the process was starved: 0.1 s
+#: is asyncio's own threshold for a callback that blocks the loop
+#: (``loop.slow_callback_duration``); the share keeps ordinary scheduling noise on a
+#: busy machine (a few hundredths of a 4 s timeout) the target's.
+STARVED_AFTER = 0.1
+STARVED_SHARE = 0.25
+
+
+def starved(late: float, length: float) -> bool:
+    """Did a timer `length` seconds long that fired `late` seconds past its due time
+    fire late because the process was starved?"""
+    return late > STARVED_AFTER and late > STARVED_SHARE * length
+
+
+class _Starvation:
+    """When a timer of this process last fired late enough to say it was starved, and
+    how late (starvation is the process's: every client in it shares the CPU). An
+    attempt whose own timer fired on time, but that was out while the process starved,
+    spent its time waiting for the process too (each of its steps waits for a loop
+    iteration): its timeout is no more the target's than a late one."""
+
+    __slots__ = ("at", "late")
+
+    def __init__(self) -> None:
+        self.at = -math.inf
+        self.late = 0.0
+
+
+STARVATION = _Starvation()
+
 
 class AttemptTimeout(TimeoutError):
-    """An attempt ran out of its total time (or a stream out of its idle time).
+    """An attempt ran out of its total time (or a stream out of its idle time), or a
+    timer of it fired late.
     `unsent`: it ran out before the attempt's first network operation (the client
     was busy: under a burst a thousand turns share one event loop), so the target
-    never saw it."""
+    never saw it. `starved`: the timer that ended it fired well past its due time
+    (`starved()`): the process did not run meanwhile, so whatever the target did
+    went unobserved. Either makes it a client-side fault (`client_side`)."""
 
-    def __init__(self, message: str, unsent: bool = False) -> None:
+    def __init__(self, message: str, unsent: bool = False, starved: bool = False) -> None:
         super().__init__(message)
         self.unsent = unsent
+        self.starved = starved
+
+    @property
+    def client_side(self) -> bool:
+        """The fault is this client's, not the target's (`fsm.Outcome.client_side`)."""
+        return self.unsent or self.starved
 
 
 class BodyTooLarge(MalformedReply):
@@ -87,10 +137,16 @@ class AttemptBound:
 
     __slots__ = (
         "deadline",
+        "due",
+        "lag",
+        "late",
+        "late_timer",
         "max_bytes",
         "phase",
         "received",
         "seconds",
+        "started",
+        "timed_out",
         "touched",
         "tripped",
         "unsent",
@@ -100,7 +156,8 @@ class AttemptBound:
         #: The limit the deadline was last set from, and what it bounds (for messages).
         self.seconds = seconds
         self.phase = "total"
-        self.deadline = _MONOTONIC() + seconds
+        self.started = _MONOTONIC()
+        self.deadline = self.started + seconds
         self.max_bytes = max_bytes
         self.received = 0
         #: What ran out: "time", "bytes", or None.
@@ -109,6 +166,23 @@ class AttemptBound:
         self.touched = False
         #: The time ran out before any did.
         self.unsent = False
+        #: When the timer of the network operation in progress is due (monotonic).
+        self.due = self.deadline
+        #: How late a timer of this attempt fired, when it fired late enough to say the
+        #: process was starved (`starved()`); 0.0 otherwise. `late_timer` names it.
+        self.late = 0.0
+        self.late_timer = ""
+        #: How late its timers fired at most, however little (`admission` reads it).
+        self.lag = 0.0
+        #: A timer of it fired (`fired`).
+        self.timed_out = False
+
+    def restart(self, seconds: float) -> None:
+        """Start the bound over from now, `seconds` long (the attempt waited for a slot
+        before it began: `admission`)."""
+        self.seconds = seconds
+        self.started = _MONOTONIC()
+        self.deadline = self.due = self.started + seconds
 
     def idle(self, seconds: float) -> None:
         """From now on, the next event must come within `seconds` (a committed stream)."""
@@ -119,19 +193,57 @@ class AttemptBound:
     def left(self) -> float:
         return self.deadline - _MONOTONIC()
 
+    def fired(self, timer: str, length: float, due: float) -> None:
+        """A timer of this attempt (`timer`, `length` seconds, due at `due`) fired: note
+        how late, when that says the process was starved."""
+        now = _MONOTONIC()
+        late = now - due
+        self.timed_out = True
+        if late > self.lag:
+            self.lag = late
+        if starved(late, length):
+            STARVATION.at = now
+            STARVATION.late = late
+            if late > self.late:
+                self.late = late
+                self.late_timer = timer
+        elif not self.late and STARVATION.at >= self.started:
+            # on time, but the process starved while this attempt was out
+            self.late = STARVATION.late
+            self.late_timer = "process's timers"
+
+    def starved(self) -> bool:
+        """Was the process starved while this attempt was out, as far as it knows?"""
+        return self.late > 0.0
+
     def error(self) -> Exception:
-        """What the attempt raises once a bound has tripped."""
+        """What the attempt raises once a bound has tripped, or once a timer of it fired
+        late enough to say the process was starved."""
         if self.tripped == "bytes":
             return BodyTooLarge(self.max_bytes)
+        starved = self.late > 0.0
+        late = (
+            f"the {self.late_timer} fired {self.late:.2g} s late (the process was starved)"
+            if starved
+            else ""
+        )
+        if self.tripped is None:  # a timer of the SDK's own (per phase), fired late
+            return AttemptTimeout(late, starved=starved)
+        late = f"; {late}" if starved else ""
         if self.phase == "idle":
-            return AttemptTimeout(f"stream idle for {self.seconds:g} s (stream_idle_timeout)")
+            return AttemptTimeout(
+                f"stream idle for {self.seconds:g} s (stream_idle_timeout){late}", starved=starved
+            )
         if self.unsent:
             return AttemptTimeout(
                 f"attempt exceeded its {self.seconds:g} s total time bound before it "
-                "reached the network",
+                f"reached the network{late}",
                 unsent=True,
+                starved=starved,
             )
-        return AttemptTimeout(f"attempt exceeded its {self.seconds:g} s total time bound")
+        return AttemptTimeout(
+            f"attempt exceeded its {self.seconds:g} s total time bound{late}", starved=starved
+        )
 
 
 def attempt_bound(policy: Policy, a: Attempt) -> AttemptBound:
@@ -152,7 +264,7 @@ def bounded(bound: AttemptBound) -> Iterator[AttemptBound]:
     try:
         yield bound
     except Exception as e:
-        if bound.tripped is not None:
+        if bound.tripped is not None or bound.late:
             raise bound.error() from e
         raise
     finally:
@@ -165,18 +277,20 @@ class abounded:  # lower case: used like a function, ``async with abounded(bound
     spent outside the socket). Never hold it across a ``yield`` to the caller. A class,
     not a generator: a stream enters one per event."""
 
-    __slots__ = ("_backstop", "_bound", "_timeout", "_token")
+    __slots__ = ("_backstop", "_bound", "_length", "_timeout", "_token")
 
     def __init__(self, bound: AttemptBound, *, backstop: bool = True) -> None:
         self._bound = bound
         self._backstop = backstop
         self._timeout: Any = None
         self._token: Any = None
+        self._length = 0.0
 
     async def __aenter__(self) -> AttemptBound:
         self._token = _CURRENT.set(self._bound)
         if self._backstop:
-            self._timeout = asyncio.timeout(max(0.0, self._bound.left()))
+            self._length = max(0.0, self._bound.left())
+            self._timeout = asyncio.timeout(self._length)
             await self._timeout.__aenter__()
         return self._bound
 
@@ -192,12 +306,13 @@ class abounded:  # lower case: used like a function, ``async with abounded(bound
         except TimeoutError as te:
             if bound.tripped is None:
                 bound.tripped = "time"
+            bound.fired("total time bound", self._length, bound.deadline)
             raise bound.error() from te
         finally:
             _CURRENT.reset(self._token)
         if isinstance(e, TimeoutError) and bound.tripped is None and bound.left() <= 0:
             bound.tripped = "time"
-        if isinstance(e, Exception) and bound.tripped is not None:
+        if isinstance(e, Exception) and (bound.tripped is not None or bound.late):
             raise bound.error() from e
         return False
 
@@ -206,16 +321,22 @@ class abounded:  # lower case: used like a function, ``async with abounded(bound
 
 
 def _limit(b: AttemptBound, timeout: float | None, core: Any, exc: str) -> float:
-    """The timeout for one socket operation of a bounded attempt; raises the library's
-    `exc` once the deadline has passed."""
-    left = b.deadline - _MONOTONIC()
+    """The timeout for one socket operation of a bounded attempt (noted as `b.due`);
+    raises the library's `exc` once the deadline has passed (noting how long ago: no
+    network operation was waiting then, so a deadline noticed long after it passed
+    ran out while the process was kept from running)."""
+    now = _MONOTONIC()
+    left = b.deadline - now
     if left <= 0:
         if b.tripped is None:
             b.tripped = "time"
             b.unsent = not b.touched
+            b.fired("total time bound", b.seconds, b.deadline)
         raise getattr(core, exc)(str(b.error()))
     b.touched = True
-    return left if timeout is None or timeout > left else timeout
+    t = left if timeout is None or timeout > left else timeout
+    b.due = now + t
+    return t
 
 
 def _counted(b: AttemptBound, data: bytes, core: Any) -> bytes:
@@ -246,27 +367,44 @@ class _Stream:
             return data
         core = self._core
         t = _limit(b, timeout, core, "ReadTimeout")
+        due = b.due
         try:
             data = self._s.read(max_bytes, t)
         except core.ReadTimeout:
             if timeout is None or t < timeout:  # the bound, not the read's own limit, ran out
                 b.tripped = b.tripped or "time"
+            b.fired("read timer", t, due)
             raise
         return _counted(b, data, core)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         b = _CURRENT.get()
-        if b is not None:
-            timeout = _limit(b, timeout, self._core, "WriteTimeout")
-        self._s.write(buffer, timeout)
+        if b is None:
+            self._s.write(buffer, timeout)
+            return
+        core = self._core
+        t = _limit(b, timeout, core, "WriteTimeout")
+        due = b.due
+        try:
+            self._s.write(buffer, t)
+        except core.WriteTimeout:
+            b.fired("write timer", t, due)
+            raise
 
     def start_tls(
         self, ssl_context: Any, server_hostname: str | None = None, timeout: Any = None
     ) -> Any:
         b = _CURRENT.get()
-        if b is not None:
-            timeout = _limit(b, timeout, self._core, "ConnectTimeout")
-        return _Stream(self._s.start_tls(ssl_context, server_hostname, timeout), self._core)
+        if b is None:
+            return _Stream(self._s.start_tls(ssl_context, server_hostname, timeout), self._core)
+        core = self._core
+        t = _limit(b, timeout, core, "ConnectTimeout")
+        due = b.due
+        try:
+            return _Stream(self._s.start_tls(ssl_context, server_hostname, t), core)
+        except core.ConnectTimeout:
+            b.fired("TLS handshake timer", t, due)
+            raise
 
 
 class _AsyncStream:
@@ -287,28 +425,46 @@ class _AsyncStream:
             return data
         core = self._core
         t = _limit(b, timeout, core, "ReadTimeout")
+        due = b.due
         try:
             data = await self._s.read(max_bytes, t)
         except core.ReadTimeout:
             if timeout is None or t < timeout:  # the bound, not the read's own limit, ran out
                 b.tripped = b.tripped or "time"
+            b.fired("read timer", t, due)
             raise
         return _counted(b, data, core)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         b = _CURRENT.get()
-        if b is not None:
-            timeout = _limit(b, timeout, self._core, "WriteTimeout")
-        await self._s.write(buffer, timeout)
+        if b is None:
+            await self._s.write(buffer, timeout)
+            return
+        core = self._core
+        t = _limit(b, timeout, core, "WriteTimeout")
+        due = b.due
+        try:
+            await self._s.write(buffer, t)
+        except core.WriteTimeout:
+            b.fired("write timer", t, due)
+            raise
 
     async def start_tls(
         self, ssl_context: Any, server_hostname: str | None = None, timeout: Any = None
     ) -> Any:
         b = _CURRENT.get()
-        if b is not None:
-            timeout = _limit(b, timeout, self._core, "ConnectTimeout")
-        inner = await self._s.start_tls(ssl_context, server_hostname, timeout)
-        return _AsyncStream(inner, self._core)
+        if b is None:
+            inner = await self._s.start_tls(ssl_context, server_hostname, timeout)
+            return _AsyncStream(inner, self._core)
+        core = self._core
+        t = _limit(b, timeout, core, "ConnectTimeout")
+        due = b.due
+        try:
+            inner = await self._s.start_tls(ssl_context, server_hostname, t)
+        except core.ConnectTimeout:
+            b.fired("TLS handshake timer", t, due)
+            raise
+        return _AsyncStream(inner, core)
 
 
 class _Backend:
@@ -322,9 +478,16 @@ class _Backend:
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, **kw: Any) -> Any:
         b = _CURRENT.get()
-        if b is not None:
-            timeout = _limit(b, timeout, self._core, "ConnectTimeout")
-        return _Stream(self._b.connect_tcp(host, port, timeout, **kw), self._core)
+        if b is None:
+            return _Stream(self._b.connect_tcp(host, port, timeout, **kw), self._core)
+        core = self._core
+        t = _limit(b, timeout, core, "ConnectTimeout")
+        due = b.due
+        try:
+            return _Stream(self._b.connect_tcp(host, port, t, **kw), core)
+        except core.ConnectTimeout:
+            b.fired("connect timer", t, due)
+            raise
 
     def connect_unix_socket(self, path: str, timeout: float | None = None, **kw: Any) -> Any:
         b = _CURRENT.get()
@@ -349,9 +512,16 @@ class _AsyncBackend:
         self, host: str, port: int, timeout: float | None = None, **kw: Any
     ) -> Any:
         b = _CURRENT.get()
-        if b is not None:
-            timeout = _limit(b, timeout, self._core, "ConnectTimeout")
-        return _AsyncStream(await self._b.connect_tcp(host, port, timeout, **kw), self._core)
+        if b is None:
+            return _AsyncStream(await self._b.connect_tcp(host, port, timeout, **kw), self._core)
+        core = self._core
+        t = _limit(b, timeout, core, "ConnectTimeout")
+        due = b.due
+        try:
+            return _AsyncStream(await self._b.connect_tcp(host, port, t, **kw), core)
+        except core.ConnectTimeout:
+            b.fired("connect timer", t, due)
+            raise
 
     async def connect_unix_socket(self, path: str, timeout: float | None = None, **kw: Any) -> Any:
         b = _CURRENT.get()

@@ -235,7 +235,8 @@ def classifier_for(
     of the attempt that just failed). `answered_others(target)`: did the target answer
     other attempts while this one was out (the pool's view)? It marks the outcome of a
     `connection_level` kind `Outcome.client_side`, as is a transport fault whose
-    time ran out before it reached the network (`bounds.AttemptTimeout.unsent`)."""
+    time ran out before it reached the network, or whose timer fired late because
+    the process was starved (`bounds.AttemptTimeout.client_side`)."""
 
     def classify(e: BaseException) -> Outcome:
         target = current()
@@ -243,7 +244,7 @@ def classifier_for(
         o = classify_openai(e, provider=provider, secrets=policy.secrets())
         if not TRAITS[o.kind].connection_level:
             return o
-        if getattr(e, "unsent", False) is True or (
+        if getattr(e, "client_side", False) is True or (
             answered_others is not None and target is not None and answered_others(target)
         ):
             return attrs.evolve(o, client_side=True)

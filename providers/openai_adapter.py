@@ -34,6 +34,7 @@ from ..fsm.actions import Attempt
 from ..fsm.clock import Clock
 from ..fsm.drivers import check_health
 from ..fsm.turn import Hook
+from .admission import Admission, AsyncAdmission
 from .bounds import abounded, attempt_bound, bounded
 from .calls import CHAT_CREATE, Call, Op, prepare
 from .chain import Chains
@@ -205,6 +206,7 @@ class Fallgate(_Base):
             policy, health=health, on_transition=on_transition, timeout=timeout, clock=clock
         )
         self._pool = ClientPool(client_factory or openai_factory(policy.attempt_timeout))
+        self._admission = Admission()
         self._namespaces()
 
     def _namespaces(self) -> None:
@@ -255,11 +257,19 @@ class Fallgate(_Base):
             try:
                 with self._pool.lease(a.target, a.credential, seen) as client:
                     # bounded from here: building a client is not the server's time
-                    with bounded(attempt_bound(call.policy, a)):
-                        reply = call.op.bind(self._configured(client))(
-                            **call.sdk_kwargs(a, self._timeout)
-                        )
-                        parsed = call.op.accept(reply)
+                    bound = attempt_bound(call.policy, a)
+                    admission = self._admission
+                    admission.admit(bound, a.until_deadline)
+                    ok = False
+                    try:
+                        with bounded(bound):
+                            reply = call.op.bind(self._configured(client))(
+                                **call.sdk_kwargs(a, self._timeout)
+                            )
+                            parsed = call.op.accept(reply)
+                        ok = True
+                    finally:
+                        admission.release(ok, bound.lag)
             except Exception as e:
                 _attempt_usage(ledger, e)
                 raise
@@ -313,6 +323,7 @@ class AsyncFallgate(_Base):
             policy, health=health, on_transition=on_transition, timeout=timeout, clock=clock
         )
         self._pool = AsyncClientPool(client_factory or async_openai_factory(policy.attempt_timeout))
+        self._admission = AsyncAdmission()
         self._namespaces()
 
     def _namespaces(self) -> None:
@@ -361,11 +372,20 @@ class AsyncFallgate(_Base):
                 async with lease as client:
                     # bounded from here: building a client is not the server's time;
                     # asyncio.timeout too where the socket is not bounded (`instrument`)
-                    async with abounded(attempt_bound(call.policy, a), backstop=not lease.bounded):
-                        reply = await call.op.bind(self._configured(client))(
-                            **call.sdk_kwargs(a, self._timeout)
-                        )
-                        parsed = call.op.accept(reply)
+                    bound = attempt_bound(call.policy, a)
+                    admission = self._admission
+                    if not admission.admit_now():  # engaged: wait for a slot
+                        await admission.admit(bound, a.until_deadline)
+                    ok = False
+                    try:
+                        async with abounded(bound, backstop=not lease.bounded):
+                            reply = await call.op.bind(self._configured(client))(
+                                **call.sdk_kwargs(a, self._timeout)
+                            )
+                            parsed = call.op.accept(reply)
+                        ok = True
+                    finally:
+                        admission.release(ok, bound.lag)
             except Exception as e:
                 _attempt_usage(ledger, e)
                 raise
