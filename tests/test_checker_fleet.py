@@ -145,3 +145,54 @@ def test_bad_arguments_are_named():
         check_fleet(SMALL, turns=9)
     with pytest.raises(ValueError, match="outcomes"):
         check_fleet(SMALL, outcomes=("sucess",))
+
+
+def _one_target_run(turns: int, store: HealthStore | None = None) -> Any:
+    from fallgate.fsm.checker.fleet import OUTCOMES, FleetRun
+
+    policy = Policy.from_dict(
+        {
+            "primary": {
+                "provider": "p0",
+                "model": "m0",
+                "base_url": "https://p0.test/v1",
+                "api_key": "sk-test-0000000000000000",
+            },
+            "max_attempts": 1,
+            "attempt_timeout": 1.0,
+            "cooldown": {"initial": 1.0, "multiplier": 2.0, "cap": 20.0},
+            "breaker": {"allowed_failures": 1, "window": 1.0},
+            "retry_budget": {"size": 1, "refill": 0.0},
+        }
+    )
+    return FleetRun(policy, turns, store or HealthStore(), OUTCOMES)
+
+
+def test_no_wait_ends_after_a_probe_in_flight_would_be_back():
+    """A probe in flight comes back by its timeout (the drivers' hard bound), so another
+    turn's wait for the probe lease cannot end before it has: the model once let it, and
+    reported two probes at once that the engine can only send if an attempt outlives its
+    bound."""
+    run = _one_target_run(2)
+    for move in [(0, "start"), (0, "grant"), (0, "overloaded")] * 2:
+        run.step(move)  # two failures: the breaker opens
+    for move in [(1, "start"), (1, "waited"), (1, "grant"), (0, "start")]:
+        run.step(move)  # turn 2 probes the half-open primary; turn 1 waits for its lease
+    assert run.config.inflight[1] and (0, "waited") not in run.moves()
+    run.step((1, "success"))
+    assert (0, "waited") in run.moves()
+    run.step((0, "waited"))
+    assert not run.violations
+
+
+def test_time_stands_still_while_an_attempt_awaits_its_grant():
+    """A host asks the store's grant the moment its turn decides an attempt: no time
+    passes in between, in the fuzzers' model either."""
+    run = _one_target_run(2)
+    run.step((0, "start"))
+    before = run.config.clock.t
+    run.advance(5.0)
+    assert run.config.clock.t == before
+    run.step((0, "grant"))
+    run.advance(5.0)
+    assert run.config.clock.t == before + 1.0  # no further than the attempt's timeout

@@ -324,6 +324,10 @@ class _Fleet:
 
     def moves(self, c: _Config) -> list[Move]:
         out: list[Move] = []
+        # time stands still while an attempt awaits its grant (a host asks the store the
+        # moment its turn decides), and an attempt in flight is back by its timeout (the
+        # drivers' hard bound): no wait ends before those have happened
+        back_by = -math.inf if _awaiting_grant(c) else _back_by(c)
         for i, t in enumerate(c.turns):
             if t is None:
                 out.append((i, START))
@@ -337,7 +341,8 @@ class _Fleet:
                 else:
                     out.append((i, GRANT))
             elif isinstance(a, Wait):
-                out.append((i, "waited"))
+                if c.wait_end[i] <= back_by + 1e-9:
+                    out.append((i, "waited"))
             elif isinstance(a, Rebuild):
                 out.append((i, "rebuilt"))
         return out
@@ -569,10 +574,11 @@ class FleetRun:
 
     def advance(self, seconds: float) -> None:
         """Let up to `seconds` pass: no further than the end of an attempt in flight (its
-        timeout bounds it; a longer one would have come back as a timeout)."""
+        timeout bounds it; a longer one would have come back as a timeout), and none while
+        an attempt awaits its grant (its host asks at once)."""
         c = self.config
-        ends = [c.wait_end[i] for i, out in enumerate(c.inflight) if out]
-        c.clock.t = min([c.clock.t + seconds, *ends]) if ends else c.clock.t + seconds
+        if not _awaiting_grant(c):
+            c.clock.t = min(c.clock.t + seconds, _back_by(c))
 
     @property
     def violations(self) -> dict[str, str]:
@@ -597,3 +603,16 @@ def replay_fleet(
     for m in moves:
         f.step(0, c, (int(m[0]), str(m[1])))
     return c.turns
+
+
+def _awaiting_grant(c: _Config) -> bool:
+    """Has a turn decided an attempt that it has not yet asked the store to grant?"""
+    return any(
+        t is not None and not t.done and isinstance(t.s.action, Attempt) and not c.inflight[i]
+        for i, t in enumerate(c.turns)
+    )
+
+
+def _back_by(c: _Config) -> float:
+    """When the earliest attempt in flight is back at the latest (inf: none in flight)."""
+    return min((c.wait_end[i] for i, out in enumerate(c.inflight) if out), default=math.inf)
