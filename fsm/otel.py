@@ -92,6 +92,15 @@ def enable(tracer_provider: Any = None, meter_provider: Any = None) -> None:
     global ones, looked up when used). Needs ``opentelemetry-api`` (``pip install
     'fallgate[otel]'``)."""
     global ACTIVE
+    for arg, value, method in (
+        ("tracer_provider", tracer_provider, "get_tracer"),
+        ("meter_provider", meter_provider, "get_meter"),
+    ):
+        if value is not None and not callable(getattr(value, method, None)):
+            raise TypeError(
+                f"enable_otel: {arg} must be an OpenTelemetry {arg.replace('_', ' ')} "
+                f"(with {method}()), not {type(value).__name__}"
+            )
     try:
         import opentelemetry.metrics
         import opentelemetry.trace  # noqa: F401

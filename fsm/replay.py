@@ -403,6 +403,10 @@ def replay(
     model or its provider) to what to assume for requests the recording cannot answer;
     `default` is the rule for the others. Raises `ReplayError` (naming the trace line)
     for a trace that cannot be replayed, ValueError for a bad assumption."""
+    if not isinstance(policy, Policy):
+        raise TypeError(f"replay: policy must be a fallgate Policy, not {type(policy).__name__}")
+    if isinstance(turns, bytes | bytearray):
+        raise TypeError("replay: turns must be the trace file's text (str), not bytes: decode it")
     if isinstance(turns, str):
         try:
             turns = read_turns(turns)

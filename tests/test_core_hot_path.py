@@ -232,7 +232,7 @@ def test_the_turn_builds_its_actions_without_attrs_init():
         (
             Attempt,
             new_attempt,
-            (POLICY.targets[0], POLICY.targets[0].pool()[0], 4.5, 2, True, True),
+            (POLICY.targets[0], POLICY.targets[0].pool()[0], 4.5, 2, True, True, 30.0),
         ),
         (Wait, new_wait, (0.25, "transport backoff")),
         (Rebuild, new_rebuild, (POLICY.targets[1],)),
