@@ -65,9 +65,6 @@ def url_problem(value: object) -> str | None:
         return want
     if not parts.hostname:
         return f"{want} with a host"
-    if parts.query or parts.fragment:
-        # the SDK appends the API path to the URL as given: `/v1?k=x` + `/chat/completions`
-        return f"{want} without a query or fragment (the SDK appends the API path to it)"
     return None
 
 

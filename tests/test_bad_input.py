@@ -552,20 +552,6 @@ def test_the_declaration_bench_runs_and_counts_a_linear_declaration(tmp_path: Pa
     assert large["held_mb"] > 0 and large["first_turn_s"] > 0
 
 
-@pytest.mark.parametrize(
-    "url", ["http://127.0.0.1:8000/v1?token=x", "https://api.example.test/v1#frag"]
-)
-def test_a_base_url_with_a_query_or_fragment_is_refused_naming_the_field(url: str) -> None:
-    """The SDK appends the API path to the base URL as given (`/v1?token=x/chat/...`):
-    such a target could never answer, and every turn would spend a retry, a rebuild and
-    its fallback on a configuration error."""
-    with pytest.raises(PolicyError) as e:
-        Policy.from_dict(
-            {"primary": {"provider": "p", "model": "m", "base_url": url, "api_key": "sk-t"}}
-        )
-    assert "primary.base_url" in str(e.value) and "without a query or fragment" in str(e.value)
-
-
 def test_replay_given_bytes_or_no_policy_says_what_it_wanted() -> None:
     from fallgate.fsm.replay import replay
 
