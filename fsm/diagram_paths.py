@@ -15,6 +15,7 @@ import attrs
 from .diagram_style import _PATH_STYLES, MAX_PATHS, _marker, _PathStyle, _seconds
 from .machine import Declaration, Transition
 from .policy import Policy
+from .policy_checks import name_problem
 from .trace import TraceEvent
 
 
@@ -43,9 +44,10 @@ class DiagramError(ValueError):
 
 
 def _label(value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"TracePath.label must be a non-empty string, not {value!r}")
-    return value
+    problem = name_problem(value)  # a newline would break the Mermaid/DOT source
+    if problem is not None:
+        raise ValueError(f"TracePath.label {problem}, not {value!r}")
+    return value  # type: ignore[return-value]
 
 
 def _events(value: Iterable[TraceEvent]) -> tuple[TraceEvent, ...]:

@@ -487,3 +487,20 @@ def test_a_file_of_many_turns_draws_the_turn_asked_for_and_names_its_lines(
     )
     assert (code, out) == (2, "")
     assert err.startswith(f"fallgate: {both}:{n}: trace step 3 (seq 3): state 'fallback_7' (to)")
+
+
+@pytest.mark.parametrize(
+    ("label", "problem"),
+    [("li\nne", "control characters"), ("   ", "non-empty string"), ("", "non-empty string")],
+)
+def test_a_label_that_would_break_the_diagram_is_a_usage_error_naming_trace(
+    capsys, trace_files, label, problem
+):
+    """A LABEL with a newline would split a line of the Mermaid source; a blank one names
+    nothing: both are refused (exit 2) naming --trace, never an internal error."""
+    policy, a, b = trace_files
+    code, out, err = run(
+        capsys, "diagram", str(policy), "--trace", f"{label}={a}", "--trace", str(b)
+    )
+    assert code == 2 and out == ""
+    assert "--trace" in err and problem in err and "internal error" not in err

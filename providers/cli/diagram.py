@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ...fsm import diagram, overview
 from ...fsm.machine import declare
+from ...fsm.policy_checks import name_problem
 from ...fsm.textfile import UnreadableFile
 from .common import MISSING_TOOL, OK, USAGE, CliError
 from .inputs import load_policy, load_trace, transition_lines
@@ -65,7 +66,10 @@ def trace_paths(values: Sequence[str]) -> list[tuple[str, str]]:
     pairs = []
     for value in values:
         label, sep, file = value.partition("=")
-        if sep and label and file and "/" not in label and not Path(value).exists():
+        if sep and file and "/" not in label and not Path(value).exists():
+            problem = name_problem(label)
+            if problem is not None:
+                raise CliError(f"--trace {value!r}: its LABEL {problem}", USAGE)
             pairs.append((label, file))
         else:
             pairs.append(("", value))
