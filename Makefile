@@ -4,8 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint fuzz bench bench-hermes diagrams clean typecheck-tree test-openai2 \
-	test-pythons test-embed test-hermes hermes-venv
+.PHONY: demo test test-slow lint fuzz bench bench-hermes diagrams clean typecheck-tree test-openai2 \
+	test-pythons test-embed test-hermes hermes-venv test-frameworks
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +28,13 @@ lint: $(STAMP) typecheck-tree
 	$(VENV)/bin/ruff check fsm providers fallgate tests bench examples
 	$(VENV)/bin/mypy
 
+# The default run (under 10 minutes); `make test-slow` runs the rest (the whole checker
+# grid, load, multi-process and benchmark tests): CI runs both.
 test: lint
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -m "not slow"
+
+test-slow: $(STAMP)
+	$(VENV)/bin/pytest -m slow
 
 # openai 2.x (built on httpx) next to .venv's newest openai 3.x (httpx2): mypy, and the
 # adapter, end-to-end and fault-server tests, with the openai hermes-agent pins (our floor).
@@ -37,7 +42,8 @@ OPENAI2 ?= 2.24.0
 OPENAI2_VENV := .venv-openai2
 OPENAI2_STAMP := $(OPENAI2_VENV)/.installed-openai-$(OPENAI2)
 PROVIDER_TESTS := tests/test_providers_*.py tests/test_e2e_*.py tests/test_fault_server*.py tests/test_demo.py \
-	tests/test_otel.py
+	tests/test_embedded_client.py tests/test_embedded_bounds.py tests/test_stream_helpers.py \
+	tests/test_caller_mistakes.py tests/test_otel.py
 
 $(OPENAI2_STAMP): pyproject.toml
 	rm -f $(OPENAI2_VENV)/.installed-openai-*
@@ -80,6 +86,36 @@ hermes-venv:
 # -P: the repository's folders (providers/, ...) must not shadow hermes' top-level packages.
 test-hermes: hermes-venv
 	@if [ -f $(HERMES_STAMP) ]; then $(HERMES_PY) -P tests/hermes/check_hermes.py; fi
+
+# Agent frameworks from PyPI over fallgate.http_client, one venv each (build/frameworks/NAME:
+# the pinned framework, the openai it resolves, fallgate's wheel), each checked against the
+# fault server by tests/frameworks/check_NAME.py (docs/frameworks.md). Where PyPI cannot be
+# reached the target says so and skips; any other install failure fails.
+FRAMEWORKS := agents pydantic_ai langchain instructor llama_index
+FW_SPEC_agents := openai-agents==0.24.0
+FW_SPEC_pydantic_ai := pydantic-ai-slim[openai]==2.68.0
+FW_SPEC_langchain := langchain-openai==1.7.4
+FW_SPEC_instructor := instructor==1.17.0
+FW_SPEC_llama_index := llama-index-llms-openai==0.8.3
+FW_WHEEL := build/fw-wheel
+
+build/frameworks/%/.installed: pyproject.toml
+	rm -rf build/frameworks/$*
+	$(PYTHON) -m venv build/frameworks/$*
+	build/frameworks/$*/bin/python -m pip install -q '$(FW_SPEC_$*)' $(FW_WHEEL)/fallgate-*.whl
+	touch $@
+
+test-frameworks:
+	@if ! $(PYTHON) -m pip index versions openai-agents >/dev/null 2>&1; then \
+	  echo "make: SKIPPED test-frameworks: PyPI cannot be reached to install the frameworks"; \
+	  exit 0; fi; \
+	rm -rf $(FW_WHEEL) && $(PYTHON) -m pip wheel -q --no-deps -w $(FW_WHEEL) . || exit 1; \
+	failed=0; for fw in $(FRAMEWORKS); do \
+	  $(MAKE) --no-print-directory build/frameworks/$$fw/.installed || exit 1; \
+	  build/frameworks/$$fw/bin/python -m pip install -q --no-deps --force-reinstall \
+	    $(FW_WHEEL)/fallgate-*.whl || exit 1; \
+	  build/frameworks/$$fw/bin/python -P tests/frameworks/check_$$fw.py || failed=1; \
+	done; exit $$failed
 
 # The core tests on the other supported Pythons, one venv each (.venv-py312, .venv-py313).
 # An interpreter is pythonX.Y on PATH, else pyenv's (its shims run only active versions).
@@ -141,7 +177,7 @@ bench-hermes: $(STAMP) hermes-venv
 
 # Regenerate diagrams/ (Mermaid, DOT; SVG when Graphviz `dot` is installed).
 diagrams: $(STAMP)
-	$(PY) -m fallgate.providers.gallery diagrams
+	$(PY) -m fallgate.providers.cli.gallery diagrams
 
 clean:
 	rm -rf $(VENV) $(OPENAI2_VENV) $(PY_VENVS) build .hypothesis

@@ -19,10 +19,10 @@ from typing import Any
 
 import tenacity
 from fallgate.fsm import HealthStore, Outcome, OutcomeKind, Policy, Target, Turn, VirtualClock, run
-from fallgate.fsm.actions import Attempt, Finish
-from fallgate.fsm.host import host_loop
-from fallgate.fsm.policy import Credential
-from fallgate.fsm.turn import TransitionsTurn
+from fallgate.fsm.core.actions import Attempt, Finish
+from fallgate.fsm.core.turn import TransitionsTurn
+from fallgate.fsm.host.loop import host_loop
+from fallgate.fsm.policy.model import Credential
 
 from .timing import best_of
 

@@ -6,7 +6,7 @@ For each chain length n: the time to declare the machine, the time to declare it
 compile the executor's table and start the first turn, and the memory the
 declaration and table hold (tracemalloc, a separate run). Ratios between
 consecutive sizes show the growth: about 10 for a tenfold chain is linear, about
-100 quadratic. Chains longer than the policy's limit (`fsm.policy.MAX_TARGETS`)
+100 quadratic. Chains longer than the policy's limit (`fsm.policy.model.MAX_TARGETS`)
 are built with the limit raised for the measurement only.
 """
 
@@ -22,7 +22,7 @@ SIZES = (10, 100, 1000)
 
 
 def _policy(n: int) -> Any:
-    from fallgate.fsm import policy as pol
+    from fallgate.fsm.policy import model as pol
 
     limit = getattr(pol, "MAX_TARGETS", None)
     if limit is not None and n > limit:
@@ -42,8 +42,8 @@ def _policy(n: int) -> Any:
 def _first_turn(n: int) -> tuple[float, float, Any]:
     """(seconds to declare, seconds to declare + compile + start), the declaration."""
     from fallgate.fsm import HealthStore
-    from fallgate.fsm.machine import declare
-    from fallgate.fsm.turn import Turn
+    from fallgate.fsm.core.machine import declare
+    from fallgate.fsm.core.turn import Turn
 
     policy = _policy(n)
     gc.collect()
@@ -58,8 +58,8 @@ def _first_turn(n: int) -> tuple[float, float, Any]:
 def _held_mb(n: int) -> float:
     """MB still allocated after declaring, compiling and starting (what the policy keeps)."""
     from fallgate.fsm import HealthStore
-    from fallgate.fsm.machine import declare
-    from fallgate.fsm.turn import Turn
+    from fallgate.fsm.core.machine import declare
+    from fallgate.fsm.core.turn import Turn
 
     policy = _policy(n)
     gc.collect()

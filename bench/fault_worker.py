@@ -25,7 +25,7 @@ Call = Callable[[], Any]
 
 def _policy(base_url: str, fallback: bool) -> Any:
     from fallgate.fsm import Policy, Target
-    from fallgate.fsm.policy import Credential
+    from fallgate.fsm.policy.model import Credential
 
     targets = [Target("fault", PRIMARY, base_url, credentials=[Credential.literal("sk-primary")])]
     if fallback:

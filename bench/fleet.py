@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .scenarios import FALLBACK, PRIMARY, WARMUP, WindowedFaultServer
+from .timing import median_ratio
 
 MESSAGES = [{"role": "user", "content": "Say hi."}]
 WINDOW = 20.0
@@ -34,7 +35,7 @@ WINDOW = 20.0
 @contextmanager
 def redis_url() -> Iterator[str | None]:
     """A real redis-server on loopback for the run, or None where it is not installed."""
-    from fallgate.providers.redis_server import RedisServer, RedisServerMissing
+    from fallgate.providers.testing.redis_server import RedisServer, RedisServerMissing
 
     try:
         server = RedisServer()
@@ -180,7 +181,7 @@ def measure_overhead(quick: bool = False, log: Any = None) -> dict[str, Any] | N
 
     from .throughput import server_process
 
-    number, rounds = (30, 3) if quick else (300, 10)
+    number, rounds = (30, 3) if quick else (300, 15)
     with redis_url() as redis, server_process() as base_url:
         if redis is None:
             return None
@@ -199,7 +200,8 @@ def measure_overhead(quick: bool = False, log: Any = None) -> dict[str, Any] | N
             "bare_sdk": lambda: bare.chat.completions.create(model=PRIMARY, messages=MESSAGES),
             **{name: via(g) for name, g in gates.items()},
         }
-        best = _cpu_rounds(systems, number, rounds)
+        per_round: dict[str, list[float]] = {}
+        best = _cpu_rounds(systems, number, rounds, per_round)
         for g in gates.values():
             g.close()
         bare.close()
@@ -207,15 +209,23 @@ def measure_overhead(quick: bool = False, log: Any = None) -> dict[str, Any] | N
     out = {f"{k}_cpu_ms_per_turn": round(v * 1e3, 4) for k, v in best.items()}
     out["redis_ratio"] = round(best["fallgate_redis"] / best["bare_sdk"], 3)
     out["memory_ratio"] = round(best["fallgate_memory"] / best["bare_sdk"], 3)
+    # the goal: the Redis store beside the in-memory one, round by round (median)
+    out["redis_vs_memory_ratio"] = round(
+        median_ratio(per_round, "fallgate_redis", "fallgate_memory"), 3
+    )
     if log is not None:
         log("  " + ", ".join(f"{k} {v}" for k, v in out.items()))
     return out
 
 
 def _cpu_rounds(
-    systems: dict[str, Callable[[], object]], number: int, rounds: int
+    systems: dict[str, Callable[[], object]],
+    number: int,
+    rounds: int,
+    per_round: dict[str, list[float]] | None = None,
 ) -> dict[str, float]:
-    """Best CPU seconds per call of each system over interleaved rounds."""
+    """Best CPU seconds per call of each system over interleaved rounds (every round's
+    figure appended to `per_round[name]` when given)."""
     best = {name: float("inf") for name in systems}
     for f in systems.values():
         for _ in range(max(3, number // 10)):
@@ -228,7 +238,10 @@ def _cpu_rounds(
             t0 = time.process_time()
             for _ in range(number):
                 f()
-            best[name] = min(best[name], (time.process_time() - t0) / number)
+            dt = (time.process_time() - t0) / number
+            best[name] = min(best[name], dt)
+            if per_round is not None:
+                per_round.setdefault(name, []).append(dt)
             gc.collect()
     return best
 

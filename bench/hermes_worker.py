@@ -9,7 +9,7 @@ when the scenario has a fallback, hermes' timeouts 1 s), warms hermes with one
 conversation on the unscripted model ``warmup``, prints ``ready``, runs one
 conversation ("Say hi.") and prints one JSON line {seconds, answered, error,
 hermes_fallback}. ``system`` "hermes-agent + fallgate" first calls
-``fallgate.providers.hermes.attach(agent, {"max_attempts": 2, "attempt_timeout":
+``fallgate.providers.integrations.hermes.attach(agent, {"max_attempts": 2, "attempt_timeout":
 1})``: the faults table's fallgate policy. Everything hermes prints goes to
 stderr; stdout carries the protocol only.
 """
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
     harness.warm(args["base_url"])
     agent = harness.make_agent(args["base_url"], fallback=bool(args["fallback"]))
     if args["system"] == HERMES_FALLGATE:
-        from fallgate.providers.hermes import attach
+        from fallgate.providers.integrations.hermes import attach
 
         attach(agent, {"max_attempts": 2, "attempt_timeout": CLIENT_TIMEOUT})
     elif args["system"] != HERMES:

@@ -160,7 +160,7 @@ def _client(
         )
         return (lambda: c.chat.completions.create(model=MODEL, messages=MESSAGES)), dict
     from fallgate.fsm import Policy, Target
-    from fallgate.fsm.policy import Credential
+    from fallgate.fsm.policy.model import Credential
 
     from fallgate import providers
 

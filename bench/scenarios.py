@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import attrs
-from fallgate.providers.fault_server import FaultServer, Step
+from fallgate.providers.testing.fault_server import FaultServer, Step
 
 PRIMARY = "glm-5.1"
 FALLBACK = "glm-4.7"

@@ -1,6 +1,6 @@
 """Slow servers: time to answer with a primary that trickles, fallgate vs the bare SDK.
 
-`python -m bench.slow` prints the README's table. The primary sends one piece every
+`python -m bench.slow` prints docs/bench.md's table. The primary sends one piece every
 0.2 s for 8 s (its headers, its body, or keep-alives before any content); the SDK's
 ``timeout=1`` is a per-read limit, so the bare SDK waits the trickle out; fallgate
 (``attempt_timeout = 1``, ``deadline = 3``, a healthy fallback) cuts the attempt at its
@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 import openai
-from fallgate.fsm.policy import Target
+from fallgate.fsm.policy.model import Target
 
 from fallgate import Fallgate, Policy
 from fallgate.testing import FaultServer

@@ -52,9 +52,9 @@ def measure(
     systems: tuple[str, ...] = SYSTEMS,
     log: Any = None,
 ) -> dict[str, Any]:
-    import fallgate.providers.fault_server as fs
+    import fallgate.providers.testing.fault_server as fs
 
-    fs._HTTPServer.request_queue_size = 1024  # 100 clients connect at once
+    fs.FaultHTTPServer.request_queue_size = 1024  # 100 clients connect at once
     rows: list[dict[str, Any]] = []
     with fs.FaultServer(SCRIPT) as srv:
         for system in systems:

@@ -23,6 +23,8 @@ from .scenarios import FALLBACK, PRIMARY
 
 MESSAGES = [{"role": "user", "content": "Say hi."}]
 SYSTEMS = ("fallgate", "bare_sdk")
+#: The CPU comparison also runs the other embedding: the bare SDK over fallgate.http_client.
+INTERLEAVED = ("fallgate", "http_client", "bare_sdk")
 
 
 def _status_mb(field: str) -> float:
@@ -65,7 +67,7 @@ def _client(system: str, base_url: str) -> Callable[[], Awaitable[Any]]:
         c = openai.AsyncOpenAI(base_url=base_url, api_key="sk-primary", timeout=30.0)
         return lambda: c.chat.completions.create(model=PRIMARY, messages=MESSAGES)
     from fallgate.fsm import Policy, Target
-    from fallgate.fsm.policy import Credential
+    from fallgate.fsm.policy.model import Credential
 
     from fallgate import providers
 
@@ -76,6 +78,14 @@ def _client(system: str, base_url: str) -> Callable[[], Awaitable[Any]]:
         ],
         attempt_timeout=30.0,
     )
+    if system == "http_client":
+        import openai
+
+        import fallgate
+
+        http = fallgate.async_http_client(policy)
+        c = openai.AsyncOpenAI(base_url=base_url, api_key="unused", http_client=http)
+        return lambda: c.chat.completions.create(model=PRIMARY, messages=MESSAGES)
     fg = providers.AsyncFallgate(policy)
     return lambda: fg.chat.completions.create(model=PRIMARY, messages=MESSAGES)
 
@@ -121,14 +131,15 @@ async def _interleaved_main(
 ) -> dict[str, Any]:
     """Both systems in one process, round after round (the order alternating): each
     round's CPU ratio compares them at one moment of the machine."""
-    calls = {s: _client(s, base_url) for s in SYSTEMS}
+    calls = {s: _client(s, base_url) for s in INTERLEAVED}
     for call in calls.values():
         await _turns(call, 20, 5)  # warm
     ratios = []
-    per_turn: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+    http_ratios = []
+    per_turn: dict[str, list[float]] = {s: [] for s in INTERLEAVED}
     for r in range(rounds):
         cpu: dict[str, float] = {}
-        for system in SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]:
+        for system in INTERLEAVED if r % 2 == 0 else INTERLEAVED[::-1]:
             gc.collect()
             c0 = time.process_time()
             ok = await _turns(calls[system], turns, concurrency)
@@ -137,12 +148,17 @@ async def _interleaved_main(
                 raise RuntimeError(f"{system}: {ok} of {turns} turns answered")
             per_turn[system].append(cpu[system] / turns * 1000)
         ratios.append(cpu["fallgate"] / cpu["bare_sdk"])
+        http_ratios.append(cpu["http_client"] / cpu["bare_sdk"])
     ratios.sort()
+    http_ratios.sort()
     return {
         "rounds": rounds,
         "turns_per_round": turns,
         "cpu_ratio_median": round(ratios[len(ratios) // 2], 3),
         "cpu_ratios": [round(x, 3) for x in ratios],
+        # the bare SDK over fallgate.http_client (the embedding agent frameworks use)
+        "http_client_cpu_ratio_median": round(http_ratios[len(http_ratios) // 2], 3),
+        "http_client_cpu_ratios": [round(x, 3) for x in http_ratios],
         "cpu_ms_per_turn_min": {s: round(min(v), 3) for s, v in per_turn.items()},
     }
 
@@ -167,10 +183,10 @@ def _cpu() -> float:
 
 
 def _serve() -> int:
-    import fallgate.providers.fault_server as fs
+    import fallgate.providers.testing.fault_server as fs
 
     # 200 clients connect at once: the stdlib default listen backlog (5) would drop SYNs.
-    fs._HTTPServer.request_queue_size = 1024
+    fs.FaultHTTPServer.request_queue_size = 1024
     with fs.FaultServer({"default": {"kind": "answer", "text": "ok"}}) as srv:
         print(srv.base_url, flush=True)
         sys.stdin.read()  # until the parent closes our stdin
@@ -216,8 +232,9 @@ def measure(
         inter = interleaved(base_url, rounds=cpu_rounds)
         if log is not None:
             log(
-                f"  client CPU fallgate / bare SDK, {cpu_rounds} interleaved rounds in one "
-                f"process: median {inter['cpu_ratio_median']:.3f}x"
+                f"  client CPU / bare SDK, {cpu_rounds} interleaved rounds in one process: "
+                f"the wrapper median {inter['cpu_ratio_median']:.3f}x, fallgate.http_client "
+                f"median {inter['http_client_cpu_ratio_median']:.3f}x"
             )
         for r in range(rounds):
             order = SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]

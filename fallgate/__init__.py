@@ -6,6 +6,7 @@ The small public surface::
 
     policy = fallgate.Policy.from_toml("fallgate.toml")
     client = fallgate.Fallgate(policy)            # openai-compatible wrapper
+    client = openai.OpenAI(api_key="unused", http_client=fallgate.http_client(policy))
     reply = client.chat.completions.create(messages=[...])
 
     result = fallgate.run(policy, call)           # your own transport, sync
@@ -29,22 +30,32 @@ imports the openai SDK.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
 
+# In a checkout, fsm/ and providers/ sit beside this folder (a wheel installs them inside
+# it): run from the repository root, this folder shadows the installed package, so its
+# subpackages are looked up beside it too.
+if not os.path.isdir(os.path.join(os.path.dirname(__file__), "fsm")):
+    _root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.isfile(os.path.join(_root, "fsm", "__init__.py")):
+        __path__.append(_root)
+
 from .fsm.clock import VirtualClock, instant_waits
-from .fsm.drivers import TurnResult, arun, run
 from .fsm.errors import PolicyError, TurnFailed
-from .fsm.health import HealthStore
-from .fsm.otel import disable as disable_otel
-from .fsm.otel import enable as enable_otel
-from .fsm.outcomes import Outcome, OutcomeKind
-from .fsm.policy import Policy
-from .fsm.record import record_traces, stop_recording
-from .fsm.replay import ReplayReport, replay
+from .fsm.health.store import HealthStore
+from .fsm.host.drivers import TurnResult, arun, run
+from .fsm.host.recorder import record_traces, stop_recording
+from .fsm.kinds import Outcome, OutcomeKind
+from .fsm.policy.model import Policy
+from .fsm.replay.player import ReplayReport, replay
+from .fsm.telemetry.otel import disable as disable_otel
+from .fsm.telemetry.otel import enable as enable_otel
 
 if TYPE_CHECKING:
     from .fsm.checker import check_policy
-    from .providers.openai_adapter import AsyncFallgate, Fallgate
+    from .providers.openai.client import AsyncFallgate, Fallgate
+    from .providers.openai.http.embedded import async_http_client, http_client
     from .providers.stores.shared import RedisHealthStore, SQLiteHealthStore
 
 __all__ = [
@@ -62,9 +73,11 @@ __all__ = [
     "TurnResult",
     "VirtualClock",
     "arun",
+    "async_http_client",
     "check_policy",
     "disable_otel",
     "enable_otel",
+    "http_client",
     "instant_waits",
     "record_traces",
     "replay",
@@ -75,8 +88,10 @@ __all__ = [
 #: Loaded on first use: the openai wrappers import the SDK, the checker is large, the
 #: shared stores are network code (the Redis one needs the optional redis package).
 _LAZY = {
-    "Fallgate": ".providers.openai_adapter",
-    "AsyncFallgate": ".providers.openai_adapter",
+    "Fallgate": ".providers.openai.client",
+    "AsyncFallgate": ".providers.openai.client",
+    "http_client": ".providers.openai.http.embedded",
+    "async_http_client": ".providers.openai.http.embedded",
     "check_policy": ".fsm.checker",
     "SQLiteHealthStore": ".providers.stores.shared",
     "RedisHealthStore": ".providers.stores.shared",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from .fsm.clock import VirtualClock, instant_waits
 from .providers.testing import (
-    FakeClock,
     FaultServer,
     Played,
     RedisServer,
@@ -30,7 +29,6 @@ from .providers.testing import (
 )
 
 __all__ = [
-    "FakeClock",
     "FaultServer",
     "Played",
     "RedisServer",

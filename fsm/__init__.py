@@ -1,24 +1,27 @@
 """fallgate's engine: every LLM call as a declared, model-checked state machine.
 
-Pure: fed outcomes, returning actions; no I/O, no wall clock, no global
-randomness. The names most hosts need are here; the rest live in the modules
-that say what they hold: `actions` (what the core asks its host to do),
-`traits` (what each outcome kind means), `machine` (the one declaration),
-`guards` (what its edges check and do), `state`, `turn` (the executors),
-`host` and `drivers` (the host loops), `clock`, `health`, `trace`, `diagram`,
-`checker` (the model checker), `record` and `replay` (recorded turns replayed under
-another policy) and `testing` (a fake clock, scripted turns).
+Pure: fed outcomes, returning actions; no I/O, no wall clock, no global randomness. The
+names most hosts need are here; the rest live in the subpackages, lowest layer first:
+
+- `kinds` (what an outcome is and what each kind means), `catalogue` (what a provider's
+  status, headers and body mean), `clock` (injected time), `errors`, `redact`, `trace`;
+- `policy` (the chain, its keys and rules, loading and checks);
+- `health` (what outlives a turn: breakers, budgets, cooldowns, the shared store);
+- `core` (the one declaration, its guards and effects, the turn's state, the turn);
+- `host` (the sync / asyncio host loops and their observer hook, recording, scripted turns);
+- `diagram`, `replay`, `telemetry` (tools that read the declaration and the traces);
+- `checker` (the exhaustive model checker).
 """
 
 from __future__ import annotations
 
 from .clock import VirtualClock, instant_waits
-from .drivers import TurnResult, adrive, arun, drive, run
+from .core.turn import Turn
 from .errors import PolicyError, TurnFailed
-from .health import HealthStore
-from .outcomes import Outcome, OutcomeKind
-from .policy import Policy, Target
-from .turn import Turn
+from .health.store import HealthStore
+from .host.drivers import TurnResult, adrive, arun, drive, run
+from .kinds import Outcome, OutcomeKind
+from .policy.model import Policy, Target
 
 __all__ = [
     "HealthStore",

@@ -1,7 +1,7 @@
 """Time, injected: the `Clock` a turn reads and its host loop sleeps on.
 
 The core never reads time itself: a turn is handed ``clock.now`` when it is
-built, and the host loop (`fsm.host`) sleeps with ``clock.sleep`` or
+built, and the host loop (`fsm.host.loop`) sleeps with ``clock.sleep`` or
 ``clock.asleep``. Two clocks come with fallgate:
 
 * `SystemClock` (`SYSTEM`): monotonic time and real, interruptible sleeps;
@@ -224,7 +224,7 @@ def instant_waits() -> Iterator[VirtualClock]:
     never runs backwards for it. The system clock cannot be moved: cooldowns
     recorded inside the block stay in its virtual time, later than the system
     clock, and so last longer once the block ends. Use a fresh `HealthStore`
-    (or ``fsm.health.DEFAULT.clear()``) per test.
+    (or ``fsm.health.store.DEFAULT.clear()``) per test.
     """
     global _active
     with _lock:

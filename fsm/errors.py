@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 if TYPE_CHECKING:
-    from .outcomes import Outcome
+    from .kinds import Outcome
     from .trace import TraceEvent
 
 
@@ -43,12 +43,10 @@ class PolicyError(ValueError):
 class MissingCredential(LookupError):
     """A credential's environment variable is not set (the name is safe to show)."""
 
-    def __init__(self, env: str, target: str) -> None:
+    def __init__(self, env: str, target: str, why: str = "is not set or empty") -> None:
         self.env = env
         self.target = target
-        super().__init__(
-            f"environment variable {env!r} (credential of target {target!r}) is not set or empty"
-        )
+        super().__init__(f"environment variable {env!r} (credential of target {target!r}) {why}")
 
 
 class TurnFailed(Exception):

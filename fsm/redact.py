@@ -18,9 +18,14 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["looks_like_key", "redact", "safe_url", "scrub_exception", "url_repr"]
+__all__ = ["MAX_TEXT", "looks_like_key", "redact", "safe_url", "scrub_exception", "url_repr"]
 
 MASK = "***"
+#: The longest text scrubbed whole (1 MiB of characters). Scrubbing is linear, but a
+#: provider can answer with any size of body, and what is kept for a message, trace or
+#: exception need not be larger: beyond this the text is cut (see `_bounded`).
+MAX_TEXT = 1 << 20
+_CUT = "...[{n} more characters cut]"
 
 #: Prefixes that real API keys carry (OpenAI, Anthropic, OpenRouter, xAI, Groq,
 #: Google, Hugging Face, Replicate, GitHub, NVIDIA, Cerebras, Fireworks, Perplexity,
@@ -47,13 +52,17 @@ _FIELD = re.compile(
     r"[\"']?\s*[:=]\s*[\"']?)([^\s\"',}&]{4,})",
     re.IGNORECASE,
 )
-_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/\s@?#]+@")
+#: The scheme is anchored at the start of its run and taken possessively: with a bare
+#: ``\b`` a run like ``x-x-x-...`` retried the scheme at every boundary (quadratic).
+_USERINFO = re.compile(r"((?<![A-Za-z0-9+.\-_])[A-Za-z][A-Za-z0-9+.\-]*+://)[^/\s@?#]++@")
 #: A token that prints part of a key with the rest masked: ``sk-proj-****abcd``,
-#: ``sk-ab...wxyz``, ``sk-ab…wxyz``, ``••••abcd``, ``sk-abc****``.
+#: ``sk-ab...wxyz``, ``sk-ab…wxyz``, ``••••abcd``, ``sk-abc****``. Every run is
+#: anchored at its start (a lookbehind) and taken possessively, so a long run of key
+#: characters, stars or bullets is read once, not once per starting position: linear.
+_W = r"[A-Za-z0-9_\-]"
 _MASKED = re.compile(
-    r"[A-Za-z0-9_\-]+(?:\*{2,}|•{2,}|…|\.{3})[A-Za-z0-9_\-]{2,}"
-    r"|(?:\*{4,}|•{3,}|…|\.{3})[A-Za-z0-9_\-]{4,}"
-    r"|[A-Za-z0-9_\-]{2,}(?:\*{3,}|•{3,})"
+    rf"(?<!{_W}){_W}++(?:(?:\*{{2,}}+|•{{2,}}+|…|\.{{3}}){_W}{{2,}}+|(?<={_W}{{2}})(?:\*{{3,}}+|•{{3,}}+))"
+    rf"|(?:(?<!\*)\*{{4,}}+|(?<!•)•{{3,}}+|…|\.{{3}}){_W}{{4,}}+"
 )
 _TOKEN = re.compile(r"[A-Za-z0-9_\-]{4,}")
 
@@ -67,10 +76,26 @@ def _pieces(secrets: Iterable[str]) -> list[str]:
     return [s for s in secrets if isinstance(s, str) and len(s) >= 4]
 
 
+def _bounded(text: str) -> str:
+    """`text` cut to `MAX_TEXT` characters, with the run of non-blank characters the cut
+    went through dropped too (half a key would no longer look like one)."""
+    if len(text) <= MAX_TEXT:
+        return text
+    head = text[:MAX_TEXT]
+    blank = max(head.rfind(c, MAX_TEXT - 512) for c in " \t\r\n\"',")
+    if blank > 0:
+        head = head[: blank + 1]
+    return head + _CUT.format(n=len(text) - len(head))
+
+
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """`text` with every known secret (whole or in printed pieces), every key-shaped
-    token and every credential inside a URL replaced by ``***``."""
+    token and every credential inside a URL replaced by ``***``.
+
+    Linear in the length of `text` (every pattern anchors its runs), and a text
+    longer than `MAX_TEXT` is cut first, so no reply can make scrubbing costly."""
     known = _pieces(secrets)
+    text = _bounded(text)
     for s in sorted(known, key=len, reverse=True):
         if s in text:
             text = text.replace(s, MASK)
@@ -89,8 +114,8 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
         for s in known:
             if len(tok) >= 6 and tok in s and (len(tok) >= 12 or any(c.isdigit() for c in tok)):
                 return MASK  # a run of a key's characters, printed without its mask
-            if s.endswith(tok) or (len(tok) >= 8 and s.startswith(tok)):
-                return MASK  # "ending in abcd": the tail providers print
+            if s.endswith(tok) or (len(tok) >= 6 and s.startswith(tok)):
+                return MASK  # "ending in abcd", "starts hunter": what providers quote
         return tok
 
     return _TOKEN.sub(fragment, text)

@@ -58,7 +58,7 @@ class TraceEvent:
 
     `time` is seconds since the turn started (injected clock); `credential`
     is the credential's id (``env:NAME`` / ``key#N``), never the key. The fields
-    after `detail` are set by recording (`fsm.record`) or on the transitions that
+    after `detail` are set by recording (`fsm.host.recorder`) or on the transitions that
     leave an attempt (what it produced), and are None otherwise.
     """
 
@@ -319,6 +319,8 @@ def read_turns(text: str) -> list[TracedTurn]:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise TraceError(n, f"not JSON ({e.msg})") from None
+        except ValueError:  # an integer of more than 4,300 digits (Python's own limit)
+            raise TraceError(n, "holds a number of more than 4,300 digits") from None
         except RecursionError:
             raise TraceError(n, "nested too deeply to be a trace") from None
         if not isinstance(obj, dict):

@@ -4,7 +4,7 @@ The openai-compatible wrappers (`Fallgate`, `AsyncFallgate`; their turns'
 `GateResult` and token `Usage`), the classifier
 for what the `openai` SDK raises (`classify_openai`), the per-(target,
 credential) client pools, and the fault-injecting server for tests
-(`providers.fault_server.FaultServer`).
+(`providers.testing.fault_server.FaultServer`).
 """
 
 from __future__ import annotations
@@ -13,30 +13,40 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .classify import ClientUnavailable, MalformedReply, StreamInterrupted, classify_openai
-    from .openai_adapter import AsyncFallgate, Fallgate
-    from .pools import AsyncClientPool, ClientPool, async_openai_factory, openai_factory
-    from .streaming import AsyncFallgateStream, FallgateStream
-    from .usage import AttemptUsage, GateResult, Usage
+    from .openai.client import AsyncFallgate, Fallgate
+    from .openai.exceptions import (
+        ClientUnavailable,
+        MalformedReply,
+        StreamInterrupted,
+        classify_openai,
+    )
+    from .openai.http.pools import (
+        AsyncClientPool,
+        ClientPool,
+        async_openai_factory,
+        openai_factory,
+    )
+    from .openai.streaming import AsyncFallgateStream, FallgateStream
+    from .openai.usage import AttemptUsage, GateResult, Usage
 
-# Imported lazily: `providers.fault_server` and the pytest plugin must not pay
+# Imported lazily: `providers.testing.fault_server` and the pytest plugin must not pay
 # for importing the openai SDK (about a second) when they do not need it.
 _LAZY = {
-    "ClientUnavailable": "classify",
-    "MalformedReply": "classify",
-    "StreamInterrupted": "classify",
-    "classify_openai": "classify",
-    "AsyncFallgate": "openai_adapter",
-    "Fallgate": "openai_adapter",
-    "AsyncClientPool": "pools",
-    "ClientPool": "pools",
-    "async_openai_factory": "pools",
-    "openai_factory": "pools",
-    "AsyncFallgateStream": "streaming",
-    "FallgateStream": "streaming",
-    "AttemptUsage": "usage",
-    "GateResult": "usage",
-    "Usage": "usage",
+    "ClientUnavailable": "openai.exceptions",
+    "MalformedReply": "openai.exceptions",
+    "StreamInterrupted": "openai.exceptions",
+    "classify_openai": "openai.exceptions",
+    "AsyncFallgate": "openai.client",
+    "Fallgate": "openai.client",
+    "AsyncClientPool": "openai.http.pools",
+    "ClientPool": "openai.http.pools",
+    "async_openai_factory": "openai.http.pools",
+    "openai_factory": "openai.http.pools",
+    "AsyncFallgateStream": "openai.streaming",
+    "FallgateStream": "openai.streaming",
+    "AttemptUsage": "openai.usage",
+    "GateResult": "openai.usage",
+    "Usage": "openai.usage",
 }
 
 

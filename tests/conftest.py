@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from fallgate.fsm.health import DEFAULT
+from fallgate.fsm.health.store import DEFAULT
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -41,7 +41,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 @pytest.fixture(autouse=True)
 def _fresh_default_health() -> Iterator[None]:
-    """Turns given no ``health=`` share `fsm.health.DEFAULT` (by design); start and
+    """Turns given no ``health=`` share `fsm.health.store.DEFAULT` (by design); start and
     end every test with it empty, so no test sees another's cooldowns."""
     DEFAULT.clear()
     yield

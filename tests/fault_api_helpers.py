@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import openai
-from fallgate.providers.fault_server import FaultServer
+from fallgate.providers.testing.fault_server import FaultServer
 from openai.types.chat import ChatCompletionMessage, ChatCompletionMessageFunctionToolCall
 
 KEY = "sk-fault-api-test-key-0123456789"

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fallgate.fsm import Policy
-from fallgate.fsm.registry import PROVIDERS
+from fallgate.fsm.catalogue.registry import PROVIDERS
 
 #: Every made-up key starts with KEY_PREFIX and ends with KEY_TAIL: a text holding
 #: neither shows no key, not even a partly masked one ("sk-...0f1e2d3c4b5a").
@@ -100,3 +100,12 @@ def chain(
     return Policy.from_dict(
         {"primary": entries[0], "fallback_providers": entries[1:], **policy_fields}
     )
+
+
+#: A two-target policy file: what the CLI tests check (its report has the default
+#: policy's shape in seconds, not a minute).
+SMALL_POLICY = (
+    'max_attempts = 2\n[primary]\nprovider = "a"\nmodel = "a"\nkey_env = "A_KEY"\n'
+    'base_url = "https://a.test/v1"\n[[fallback_providers]]\nprovider = "b"\nmodel = "b"\n'
+    'key_env = "B_KEY"\nbase_url = "https://b.test/v1"\n'
+)

@@ -25,14 +25,20 @@ from typing import Any
 import attrs
 import pytest
 from fallgate.fsm import HealthStore, Policy, PolicyError, Turn
-from fallgate.fsm.backoff import parse_retry_after
-from fallgate.fsm.machine import FanOut, declare
-from fallgate.fsm.outcomes import MAX_RETRY_AFTER
-from fallgate.fsm.policy import MAX_SECONDS, MAX_TARGETS, Credential, Target
-from fallgate.fsm.testing import FakeClock, ScriptExhausted, play
+from fallgate.fsm.catalogue.retry_after import parse_retry_after
+from fallgate.fsm.clock import VirtualClock
+from fallgate.fsm.core.machine import FanOut, declare
+from fallgate.fsm.host.scripted import ScriptExhausted, play
+from fallgate.fsm.kinds import MAX_RETRY_AFTER
+from fallgate.fsm.policy.model import MAX_SECONDS, MAX_TARGETS, Credential, Target
 from fallgate.providers import Fallgate
 from fallgate.providers.cli import main
-from fallgate.providers.fault_server import FaultServer, ScriptError, load_script, parse_script
+from fallgate.providers.testing.fault_server import (
+    FaultServer,
+    ScriptError,
+    load_script,
+    parse_script,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -288,7 +294,7 @@ def _played(
     if expanded:
         decl = attrs.evolve(decl, transitions=tuple(decl.edges()))
     engine = functools.partial(Turn, declaration=decl)
-    health, clock = HealthStore(), FakeClock()
+    health, clock = HealthStore(), VirtualClock()
     for j, seconds in (cooling or {}).items():
         health.open_target(policy.targets[j].key, clock.now() + seconds, clock.now())
     out: list[Any] = []
@@ -401,8 +407,8 @@ def test_a_newline_in_a_model_is_named_with_its_line_by_the_cli(
 
 
 def test_printable_odd_names_are_kept_and_still_draw_a_valid_dot_diagram() -> None:
-    from fallgate.fsm import diagram
-    from fallgate.providers.gallery import have_dot
+    from fallgate.fsm.diagram import render as diagram
+    from fallgate.providers.cli.gallery import have_dot
 
     odd = 'a"b\\c<d>{e}|f#g;h%x'
     policy = chain({"model": odd, "provider": 'we"ird<p>'}, "-->end", provider=None)
@@ -553,7 +559,7 @@ def test_the_declaration_bench_runs_and_counts_a_linear_declaration(tmp_path: Pa
 
 
 def test_replay_given_bytes_or_no_policy_says_what_it_wanted() -> None:
-    from fallgate.fsm.replay import replay
+    from fallgate.fsm.replay.player import replay
 
     policy = Policy.from_dict(
         {"primary": {"provider": "p", "model": "m", "base_url": "http://h/v1", "api_key": "k"}}

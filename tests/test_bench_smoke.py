@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the whole benchmark harness in quick mode: a minute and a half
+
 ROOT = Path(__file__).resolve().parents[1]
 
 KEYS = {
@@ -32,16 +34,30 @@ KEYS = {
         "bare_sdk_seconds",
         "peak_rss_mb_per_1k_turns",
     },
-    "checker": {"states", "seconds", "states_per_second"},
+    "checker": {
+        "states",
+        "seconds",
+        "states_per_second",
+        "chain_8x3_states",
+        "chain_8x3_seconds",
+    },
     "otel": {
         "off_cpu_ms_per_turn",
         "on_cpu_ms_per_turn",
         "ratio",
         "floor_cpu_ms_per_turn",
         "floor_ratio",
+        "over_floor_ratio",
+        "bare_floor_cpu_ms_per_turn",
+        "bare_floor_ratio",
+        "over_bare_floor_ratio",
         "core_off_us_per_turn",
         "core_on_us_per_turn",
         "core_ratio",
+        "core_ratio_median",
+        "core_floor_us_per_turn",
+        "core_floor_ratio",
+        "core_over_floor_ratio",
     },
 }
 FAULT_KEYS = {"scenario", "system", "seconds", "requests", "answered", "oracle_seconds"}
@@ -60,7 +76,9 @@ def test_quick_bench_writes_every_key_of_bench_json(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(out.read_text())
 
-    assert set(data) == {"core", "faults", "throughput", "checker", "otel", "fleet", "storm"}
+    assert set(data) == {
+        "core", "faults", "throughput", "checker", "otel", "fleet", "storm", "pacing",
+    }  # fmt: skip
     for section, keys in KEYS.items():
         assert set(data[section]) == keys, section
     for key in KEYS["core"]:
@@ -101,7 +119,12 @@ def test_quick_bench_writes_every_key_of_bench_json(tmp_path: Path) -> None:
     sdk = next(r for r in st["systems"] if r["system"] != "fallgate")
     assert sdk["requests"] == 3 * st["turns"]  # the SDK's own 2 retries on every turn
 
-    # the table printed for the README names every section
+    if data["pacing"]:  # (empty where redis-server is not installed)
+        (paced,) = data["pacing"]
+        assert paced["system"] == "fallgate+pacing" and paced["failed"] == 0, paced
+        assert paced["answered"] > 0 and paced["requests"] >= paced["answered"], paced
+
+    # the tables printed for docs/bench.md name every section
     for heading in (
         "Core overhead",
         "Time to answer under faults",

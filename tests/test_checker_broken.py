@@ -13,11 +13,11 @@ from typing import Any
 import attrs
 import pytest
 from fallgate.fsm import HealthStore, Policy
-from fallgate.fsm.checker import check_policy, replay, step
-from fallgate.fsm.guards import ATTEMPT, BACK_OFF, FALL_BACK, NEXT_IS
-from fallgate.fsm.machine import Declaration, Transition, declare
-from fallgate.fsm.state import Visit
-from fallgate.fsm.turn import TurnState
+from fallgate.fsm.checker import Checker, check_policy, replay, step
+from fallgate.fsm.core.guards import ATTEMPT, BACK_OFF, FALL_BACK, NEXT_IS, VERDICT_WAITS
+from fallgate.fsm.core.machine import Declaration, Transition, declare
+from fallgate.fsm.core.turn import TurnState
+from fallgate.fsm.core.visit import Visit
 
 from helpers import KEY_PREFIX, chain
 
@@ -49,10 +49,11 @@ def test_a_stale_fallback_index_after_recovery_breaks_the_fallback_gate():
     report = check_policy(policy, guards=STALE_NEXT_IS)
     v = report.violations["fallback_gate"]
     assert not report.holds("fallback_gate")
-    # timeout, timeout -> recovery -> rebuilt -> one more fault: 6 events, the minimum
-    assert v.length == 6
-    assert [t for t, _ in v.steps[:5]] == ["start", "transport", "waited", "transport", "rebuilt"]
-    assert v.steps[5][0] in {"transport", "rate_limited", "quota", "overloaded", "auth"}
+    # a silent timeout (its 60 s leave no backed-off retry and the fallback's reserve) ->
+    # recovery -> rebuilt -> one more fault: 4 events, the minimum
+    assert v.length == 4
+    assert v.steps[:3] == (step("start"), step("transport", silent=True), step("rebuilt"))
+    assert v.steps[3][0] in {"transport", "rate_limited", "quota", "overloaded", "auth"}
     assert "fallback_1 was eligible" in v.why
     # The counterexample replays on a fresh turn and reproduces the failure ...
     turn = replay(policy, v.steps, guards=STALE_NEXT_IS)[-1]
@@ -72,17 +73,20 @@ def self_loop_on_429(policy: Policy) -> Declaration:
     return attrs.evolve(d, transitions=(*kept, *loops))
 
 
+@pytest.mark.slow  # the search of a machine that never ends a turn: a minute
 def test_a_self_loop_on_429_is_caught_as_non_termination_and_a_closed_gate():
     policy = chain("m0", "m1", max_attempts=1)
     report = check_policy(policy, declaration=self_loop_on_429)
     term = report.violations["termination"]
-    # bound per target: max_attempts 1 + recovery 1 = 2; the third attempt breaks it
-    assert term.length == 3
-    assert [t for t, _ in term.steps] == ["start", "rate_limited", "rate_limited"]
-    assert "3 attempts on primary" in term.why
+    # bound per target: max_attempts 1 + recovery 1 + the attempts after the breaker's
+    # verdict waits (VERDICT_WAITS) = 4; the fifth attempt breaks it
+    bound = 2 + VERDICT_WAITS
+    assert term.length == bound + 1
+    assert [t for t, _ in term.steps] == ["start"] + ["rate_limited"] * bound
+    assert f"{bound + 1} attempts on primary" in term.why
     gate = report.violations["fallback_gate"]
     assert "never reaches a fallback" in gate.why
-    assert gate.length <= 5
+    assert gate.length <= bound + 3
     assert all(t == "rate_limited" for t, _ in gate.steps[1:])
     # and the loop ignores Retry-After too
     assert not report.holds("honest_waits")
@@ -137,11 +141,13 @@ def test_a_committed_stream_replayed_on_a_fallback_is_caught():
     assert v.length == 2
     assert [t for t, _ in v.steps] == ["start", "stream_interrupted"]
     assert "fallback_1" in v.why
-    assert report.violations["fallback_gate"].length == 2  # stream_interrupted never falls back
+    # a broken stream may move on (to a target that continues it): judging where it goes
+    # is property 8's alone, so the gate does not report it a second time
+    assert set(report.violations) == {"committed_streams_not_replayed"}
 
 
 def test_a_leaking_effect_is_caught_by_the_secrets_property():
-    from fallgate.fsm.actions import Wait
+    from fallgate.fsm.core.actions import Wait
 
     def chatty_back_off(s: TurnState, arg: int) -> Wait:
         w = BACK_OFF.run(s, arg)
@@ -175,7 +181,8 @@ def test_counterexamples_round_trip_through_json():
 # merged; a key without it merges them and the search would silently lose soundness.
 def test_a_field_left_out_of_the_key_is_caught_by_the_key_audit(monkeypatch):
     policy = chain("m0", "m1", max_attempts=3)
-    sound = check_policy(policy)
+    # silent attempts add merges the audit spends its budget on: give it room
+    sound = Checker(policy, audit_budget=5000).run()
     assert sound.ok and sound.audit.checked > 0 and sound.audit.finding is None
 
     keyed = Visit.key
@@ -186,7 +193,7 @@ def test_a_field_left_out_of_the_key_is_caught_by_the_key_audit(monkeypatch):
         return (*k[:4], None, *k[5:])
 
     monkeypatch.setattr(Visit, "key", forgetful)
-    report = check_policy(policy)
+    report = Checker(policy, audit_budget=5000).run()
     assert not report.ok
     assert report.audit.finding is not None
     assert "visit.recovered alone makes the difference" in report.audit.finding

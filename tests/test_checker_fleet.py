@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
-from fallgate.fsm import fleet
-from fallgate.fsm.checker.fleet import FLEET_PROPERTIES, check_fleet, replay_fleet
-from fallgate.fsm.health import HealthStore
-from fallgate.fsm.policy import Policy
-from fallgate.fsm.store import Record
+from fallgate.fsm.checker.interleave import FLEET_PROPERTIES, check_fleet, replay_fleet
+from fallgate.fsm.health import records as fleet
+from fallgate.fsm.health.backend import Record
+from fallgate.fsm.health.store import HealthStore
+from fallgate.fsm.policy.model import Policy
 
 from helpers import chain
 
@@ -24,12 +25,36 @@ def test_two_concurrent_turns_keep_every_fleet_property():
     assert set(report.to_json()["properties"].values()) == {"holds"}
     assert report.states > 500 and report.transitions > report.states
     assert "primary half-open" in report.setups and "primary budget 1 token" in report.setups
+    assert "primary half-open after a long outage" in report.setups
 
 
+@pytest.mark.slow  # every interleaving of three turns (two: test_cli)
 def test_three_concurrent_turns_keep_every_fleet_property():
     report = check_fleet(SMALL, turns=3)
     assert report.ok, report.text()
     assert report.turns == 3 and report.states > 10_000
+
+
+def test_a_turn_refused_by_the_breaker_waits_for_its_verdict_and_every_property_holds():
+    """One target: a turn whose attempt another turn's report refused (its breaker open,
+    or its probe out) has no fallback, so it waits for the verdict; the interleavings
+    take that wait and every fleet property (one probe at a time, the budget) holds."""
+    from fallgate.fsm.core import guards
+
+    taken = []
+    run = guards.WAIT_VERDICT.run
+
+    def counted(s: Any, arg: int) -> Any:
+        taken.append(s.state)
+        return run(s, arg)
+
+    object.__setattr__(guards.WAIT_VERDICT, "run", counted)
+    try:
+        report = check_fleet(chain("m0", max_attempts=2), turns=2)
+    finally:
+        object.__setattr__(guards.WAIT_VERDICT, "run", run)
+    assert report.ok, report.text()
+    assert taken and set(taken) == {"primary_cooling"}
 
 
 def test_three_targets_keep_every_fleet_property():
@@ -130,6 +155,32 @@ def test_a_target_lost_for_good_is_caught():
     assert "primary" in why
 
 
+class DoublesWithoutBound(HealthStore):
+    """Broken (the rule before ``breaker.max_open``): each failed probe reopens the
+    breaker for the doubling cooldown, up to ``cooldown.cap`` (300 s): a recovered
+    backend waits minutes for its next probe."""
+
+    __slots__ = ()
+
+    def failed(self, target: Any, now: float, policy: Policy, *args: Any, **kw: Any) -> Any:
+        breaker = attrs.evolve(policy.breaker, max_open=policy.cooldown.cap)
+        return super().failed(target, now, attrs.evolve(policy, breaker=breaker), *args, **kw)
+
+
+def test_a_breaker_whose_span_doubles_without_bound_is_caught():
+    """The starting store after a long outage (the primary reopened many times, now
+    half-open): one failed probe reopens it for 300 s, past the bound of the longest own
+    span (``max_open``, 20 s) and one lease; the real store reopens it for 20 s."""
+    report = check_fleet(SMALL, turns=2, health_factory=DoublesWithoutBound)
+    why, path = report.violations["probe_within_bound"]
+    assert "cannot be probed for 300 s (bound 81 s)" in why, why
+    assert path[0][0] == "primary half-open after a long outage"
+    assert [m for _, m in path] == [(0, "start"), (0, "grant"), (0, "overloaded")]
+    real = replay_fleet(SMALL, path[0][0], [m for _, m in path])
+    assert real[0] is not None
+    assert real[0].s.health.target_until(SMALL.targets[0].key) - real[0].s.at == 20.0
+
+
 def test_the_report_states_configurations_and_seconds():
     report = check_fleet(SMALL, turns=2)
     text = report.text()
@@ -148,7 +199,7 @@ def test_bad_arguments_are_named():
 
 
 def _one_target_run(turns: int, store: HealthStore | None = None) -> Any:
-    from fallgate.fsm.checker.fleet import OUTCOMES, FleetRun
+    from fallgate.fsm.checker.interleave import OUTCOMES, FleetRun
 
     policy = Policy.from_dict(
         {

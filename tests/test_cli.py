@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 from fallgate.fsm import checker
-from fallgate.providers import gallery
-from fallgate.providers.cli import main
+from fallgate.providers.cli import gallery, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -324,7 +323,8 @@ def test_check_exits_0_when_every_property_holds_and_says_1_key(capsys, tmp_path
     code, out, _ = run(capsys, "check", str(solo))
     assert code == 0
     assert "policy: primary (a, 1 key); max_attempts 1" in out
-    assert "bounds: <= 1 attempt and " in out
+    # one attempt, and one after each of the two waits for a breaker's verdict
+    assert "bounds: <= 3 attempts and " in out
 
 
 def test_check_with_turns_explores_concurrent_turns_and_reports_the_fleet_properties(
@@ -350,13 +350,14 @@ def test_check_exits_1_when_a_property_is_broken(capsys, tmp_path, monkeypatch):
     from test_checker_broken import STALE_NEXT_IS
 
     real = checker.check_policy
-    monkeypatch.setattr(checker, "check_policy", lambda p: real(p, guards=STALE_NEXT_IS))
+    broken = lambda p, **kw: real(p, guards=STALE_NEXT_IS, **kw)  # noqa: E731
+    monkeypatch.setattr(checker, "check_policy", broken)
     small = tmp_path / "p.toml"
     small.write_text(SMALL_POLICY.replace("max_attempts = 1", "max_attempts = 2"))
     code, out, err = run(capsys, "check", str(small))
     assert code == 1, err
     assert "BROKEN  fallback_gate" in out
-    assert "counterexample (6 events; replay with fallgate.fsm.checker.replay" in out
+    assert "counterexample (4 events; replay with fallgate.fsm.checker.replay" in out
     code, out, _ = run(capsys, "check", str(small), "--json")
     assert code == 1
     assert "counterexample" in json.loads(out)["properties"]["fallback_gate"]

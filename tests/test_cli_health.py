@@ -12,10 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fallgate.fsm import fleet
-from fallgate.fsm.store import Backend, Records
-from fallgate.providers import health_report
-from fallgate.providers.cli import main
+from fallgate.fsm.health import records as fleet
+from fallgate.fsm.health.backend import Backend, Records
+from fallgate.providers.cli import health_report, main
 from fallgate.providers.stores import open_backend
 
 BASE = "http://127.0.0.1:9/v1"
@@ -157,5 +156,3 @@ def test_help_says_what_is_shown_and_how_to_reset(capsys) -> None:
     assert code == 0
     for word in ("--store", "--reset", "--json", "sqlite:///", "redis://", "never the key"):
         assert word in out
-
-

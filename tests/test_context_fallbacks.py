@@ -15,27 +15,18 @@ import openai
 import pytest
 from fallgate.fsm import Turn, TurnFailed, instant_waits
 from fallgate.fsm.checker import check_policy
-from fallgate.fsm.machine import declare
-from fallgate.fsm.testing import play
-from fallgate.fsm.turn import TransitionsTurn
+from fallgate.fsm.core.machine import declare
+from fallgate.fsm.core.turn import TransitionsTurn
+from fallgate.fsm.host.scripted import play
 from fallgate.providers import Fallgate
-from fallgate.providers.fault_server import FaultServer
+from fallgate.providers.testing.fault_server import FaultServer
 
+from fault_steps import CONTEXT_TOO_LONG_8K
 from helpers import chain
 
 ENGINES = [Turn, TransitionsTurn]
 MSG = [{"role": "user", "content": "hi"}]
-OVERFLOW = {
-    "kind": "status",
-    "status": 400,
-    "body": {
-        "error": {
-            "message": "This model's maximum context length is 8192 tokens.",
-            "type": "invalid_request_error",
-            "code": "context_length_exceeded",
-        }
-    },
-}
+
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -100,7 +91,7 @@ def test_the_move_back_is_declared_only_where_the_chain_allows_one():
     "models",
     [
         ("p@8192", "u1", "k2@32768"),
-        ("p@8192", "u1", "k2@32768", "u3"),
+        pytest.param(("p@8192", "u1", "k2@32768", "u3"), marks=pytest.mark.slow),
         ("p@8192", "u1"),
         ("p", "u1@8192", "u2", "k3@32768"),
     ],
@@ -124,7 +115,7 @@ def test_end_to_end_the_unknown_length_fallback_answers_after_an_overflow():
         srv.script(
             {
                 "models": {
-                    "small": [OVERFLOW],
+                    "small": [CONTEXT_TOO_LONG_8K],
                     "other": [{"kind": "answer", "text": "from the fallback"}],
                 }
             }
@@ -138,7 +129,7 @@ def test_end_to_end_the_unknown_length_fallback_answers_after_an_overflow():
 
 def test_end_to_end_every_fallback_failing_names_each_reason():
     with FaultServer() as srv, instant_waits():
-        srv.script({"models": {"small": [OVERFLOW], "other": [OVERFLOW]}})
+        srv.script({"models": {"small": [CONTEXT_TOO_LONG_8K], "other": [CONTEXT_TOO_LONG_8K]}})
         policy = chain("small@8192", "other", server=srv, max_attempts=2)
         with Fallgate(policy) as gate, pytest.raises(TurnFailed) as info:
             gate.run(messages=MSG)

@@ -6,17 +6,12 @@ import math
 
 import pytest
 from fallgate.fsm import Outcome
-from fallgate.fsm.backoff import (
-    MAX_RETRY_AFTER,
-    backoff_delay,
-    cooldown_for,
-    parse_retry_after,
-    wake_spread,
-)
-from fallgate.fsm.classify import classify_status
-from fallgate.fsm.outcomes import OutcomeKind, sane_retry_after
-from fallgate.fsm.policy import Backoff, Cooldown
-from fallgate.fsm.testing import play
+from fallgate.fsm.catalogue.classify import classify_status
+from fallgate.fsm.catalogue.retry_after import parse_retry_after
+from fallgate.fsm.host.scripted import play
+from fallgate.fsm.kinds import MAX_RETRY_AFTER, OutcomeKind, sane_retry_after
+from fallgate.fsm.policy.backoff import backoff_delay, cooldown_for, wake_spread
+from fallgate.fsm.policy.model import Backoff, Cooldown
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 from fallgate.fsm import HealthStore, Outcome, Turn
-from fallgate.fsm.actions import Attempt, Fail
-from fallgate.fsm.outcomes import OutcomeKind
-from fallgate.fsm.testing import FakeClock, play
-from fallgate.fsm.turn import ProtocolError
+from fallgate.fsm.clock import VirtualClock
+from fallgate.fsm.core.actions import Attempt, Fail
+from fallgate.fsm.core.turn import ProtocolError
+from fallgate.fsm.host.scripted import play
+from fallgate.fsm.kinds import OutcomeKind
 
 from helpers import chain
 
@@ -20,7 +21,7 @@ def test_a_429_rotates_to_the_next_free_key_of_the_same_target_before_falling_ba
 
 
 def test_next_turn_skips_the_key_still_cooling_from_a_429():
-    health, clock = HealthStore(), FakeClock()
+    health, clock = HealthStore(), VirtualClock()
     p = chain("m0", "m1", keys=2)
     play(p, ["rate_limited:30", "success"], health=health, clock=clock)
     clock.advance(5)
@@ -39,7 +40,7 @@ def test_round_robin_pools_start_each_turn_on_the_next_key():
 
 
 def test_a_rate_limit_on_a_fallback_never_benches_the_primarys_keys():
-    health, clock = HealthStore(), FakeClock()
+    health, clock = HealthStore(), VirtualClock()
     p = chain("m0", "m1", "m2")
     played = play(
         p,
@@ -56,7 +57,7 @@ def test_a_rate_limit_on_a_fallback_never_benches_the_primarys_keys():
 
 
 def test_the_primary_is_restored_at_every_turn_start_once_its_cooldown_ends():
-    health, clock = HealthStore(), FakeClock()
+    health, clock = HealthStore(), VirtualClock()
     p = chain("m0", "m1")
     first = play(p, ["not_found", "success"], health=health, clock=clock)
     assert first.targets == ["primary", "fallback_1"]
@@ -90,9 +91,7 @@ def test_a_retry_after_beyond_the_cap_fails_at_once_instead_of_sleeping():
 
 
 def test_prefer_waiting_sleeps_out_a_short_retry_after_instead_of_falling_back():
-    played = play(
-        chain("m0", "m1", prefer_waiting=True), ["rate_limited:3", "success"], random=0.0
-    )
+    played = play(chain("m0", "m1", prefer_waiting=True), ["rate_limited:3", "success"], random=0.0)
     assert played.waits == (3.0,)
     assert played.targets == ["primary", "primary"]
 
@@ -147,7 +146,7 @@ def test_an_identical_chain_entry_is_skipped():
 
 
 def test_every_target_cooling_waits_for_the_soonest_when_within_the_cap():
-    health, clock = HealthStore(), FakeClock()
+    health, clock = HealthStore(), VirtualClock()
     p = chain("m0")
     play(p, ["rate_limited:3", "rate_limited:3", "rate_limited:3"], health=health, clock=clock)
     clock.advance(1)
@@ -157,7 +156,7 @@ def test_every_target_cooling_waits_for_the_soonest_when_within_the_cap():
 
 
 def test_feeding_an_event_the_state_does_not_declare_is_a_clear_protocol_error():
-    turn = Turn(chain("m0", "m1"), health=HealthStore(), clock=FakeClock())
+    turn = Turn(chain("m0", "m1"), health=HealthStore(), clock=VirtualClock())
     turn.start()
     with pytest.raises(ProtocolError, match="'waited' is not declared in state 'primary'"):
         turn.waited()
@@ -165,7 +164,7 @@ def test_feeding_an_event_the_state_does_not_declare_is_a_clear_protocol_error()
 
 
 def test_cancel_from_any_live_state_ends_aborted_and_names_every_target():
-    turn = Turn(chain("m0", "m1"), health=HealthStore(), clock=FakeClock())
+    turn = Turn(chain("m0", "m1"), health=HealthStore(), clock=VirtualClock())
     turn.start()
     turn.feed(Outcome.of("transport"))
     action = turn.cancel()
@@ -174,14 +173,27 @@ def test_cancel_from_any_live_state_ends_aborted_and_names_every_target():
     assert set(action.error.reasons) == {"primary", "fallback_1"}
 
 
-def test_an_opt_in_stream_continuation_resends_on_the_same_target_and_never_falls_back():
-    p = chain("m0", "m1", continue_streams=True, rules={"stream_interrupted": {"retry": True}})
+def test_a_broken_stream_is_continued_on_a_target_that_takes_a_prefix_and_never_replayed():
+    """The same target when it can continue, else the next one that can; one that cannot
+    (m1) is never called with the stream: no replay."""
+    p = chain(
+        {"model": "m0", "assistant_prefix": True},
+        "m1",
+        {"model": "m2", "assistant_prefix": True},
+    )
     resumed = play(p, ["stream_interrupted", "success"])
     assert resumed.path == ["idle", "primary", "primary_continuing", "done"]
-    broken = play(p, ["stream_interrupted", "transport"])
-    assert broken.targets == ["primary", "primary"]  # the fallback never replays the stream
+    moved = play(p, ["stream_interrupted", "transport", "success"])
+    assert moved.targets == ["primary", "primary", "fallback_2"]  # m1 cannot continue
+    assert moved.path[-2:] == ["fallback_2_continuing", "done"]
+    broken = play(p, ["stream_interrupted", "transport", "bad_request"])
     assert broken.state == "failed"
     assert broken.error is not None and broken.error.partial == "partial text"
+    assert broken.error.last_outcome is not None
+    assert broken.error.last_outcome.kind == "stream_interrupted"  # not the last 400
+    assert broken.error.reasons["fallback_1"] == "not tried: it cannot continue a broken stream"
+    off = play(chain("m0", "m1", continue_streams=False), ["stream_interrupted"])
+    assert off.targets == ["primary"] and off.state == "failed"
 
 
 def test_a_turn_may_start_further_down_the_chain_and_says_why_earlier_entries_were_not_used():

@@ -24,8 +24,8 @@ import random
 
 import pytest
 from fallgate.fsm import HealthStore, Turn, VirtualClock
-from fallgate.fsm.actions import Attempt, Fail, Finish, Rebuild, Wait
-from fallgate.fsm.outcomes import Outcome
+from fallgate.fsm.core.actions import Attempt, Fail, Finish, Rebuild, Wait
+from fallgate.fsm.kinds import Outcome
 
 from helpers import chain
 
@@ -38,7 +38,7 @@ def _client_side_fault() -> Outcome:
 
 def _drain_budget(health: HealthStore, p, now: float) -> None:
     """Empty the primary's retry bucket (as a burst of earlier retries would)."""
-    from fallgate.fsm import fleet
+    from fallgate.fsm.health import records as fleet
 
     key = p.targets[0].key
     for _ in range(int(p.retry_budget.size)):
@@ -92,12 +92,17 @@ def test_a_connection_fault_is_retried_with_the_retry_budget_empty():
     retry = turn.waited()
     assert isinstance(retry, Attempt) and not retry.retry  # spends nothing
     assert health.grant(turn.s, retry) is None
-    # ... while a plain transport fault on the same empty budget is not retried
+    # ... while a plain transport fault on the same empty budget is not retried: with no
+    # fallback the refusal trips the breaker and the turn waits for its verdict, then
+    # makes a first attempt (its probe), spending nothing either
     other = Turn(p, health=health, clock=clock.now, random=lambda: 0.0)
     other.start()
-    failed = other.feed(Outcome.of("transport"))
-    assert isinstance(failed, Fail)
-    assert "retry budget of primary is empty" in str(failed.error)
+    tripped = other.feed(Outcome.of("transport"))
+    assert isinstance(tripped, Wait) and "retry budget empty" in tripped.reason
+    assert health.target_until(p.targets[0].key) > clock.now()
+    clock.advance(tripped.seconds)
+    probe = other.waited()
+    assert isinstance(probe, Attempt) and probe.probe and not probe.retry
 
 
 def test_turns_failing_on_connection_faults_do_not_open_the_breaker():

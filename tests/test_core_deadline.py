@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from fallgate.fsm import HealthStore, Outcome, Turn, VirtualClock
-from fallgate.fsm.actions import Attempt, Fail, Finish, Rebuild, Wait
-from fallgate.fsm.host import host_loop
-from fallgate.fsm.outcomes import OutcomeKind
+from fallgate.fsm.core.actions import Attempt, Fail, Finish, Rebuild, Wait
+from fallgate.fsm.host.loop import host_loop
+from fallgate.fsm.kinds import OutcomeKind
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -61,8 +61,24 @@ def test_after_the_deadline_no_fallback_rotation_or_recovery_starts_an_attempt()
     assert host.elapsed <= 1.0 + 1e-9
     err = end.error
     assert "the 1s deadline had passed" in str(err)
-    assert err.reasons["fallback_1"] == "not tried: the 1s deadline had passed"
-    assert err.reasons["fallback_2"] == "not tried: the 1s deadline had passed"
+    # the time reserve: no retry whose worst case would leave a fallback no attempt, so
+    # the silent targets are each asked once, in time
+    assert [policy.targets[i].name for i in host.turn.s.tried] == [
+        "primary",
+        "fallback_1",
+        "fallback_2",
+    ]
+    assert err.reasons["fallback_1"].startswith("attempted 1x"), err.reasons
+
+
+def test_without_the_reserve_the_silent_primary_spends_the_deadline_alone():
+    """The same chain with ``reserve = false``: the retries and the recovery on the
+    primary eat the second the fallbacks needed (the behaviour the reserve ends)."""
+    policy = chain("a", "b", "c", keys=2, attempt_timeout=0.4, deadline=1.0, reserve=False)
+    host = Host(policy, [], seconds=0.4)
+    end = host.run()
+    assert isinstance(end, Fail)
+    assert end.error.reasons["fallback_1"] == "not tried: the 1s deadline had passed"
 
 
 def test_a_rate_limit_at_the_deadline_does_not_rotate_to_the_next_key():
@@ -171,7 +187,9 @@ def test_a_wait_that_overruns_the_deadline_ends_the_turn_without_another_attempt
 
 
 def test_a_rebuild_that_overruns_the_deadline_ends_the_turn_without_another_attempt():
-    policy = chain("a", "b", attempt_timeout=4, deadline=10, backoff={"initial": 0.0})
+    policy = chain(
+        "a", "b", attempt_timeout=4, deadline=10, backoff={"initial": 0.0}, reserve=False
+    )
     host = LateHost(policy, [], seconds=4.0, overrun=5.0)
     end = host.run()
     assert isinstance(end, Fail)

@@ -1,7 +1,7 @@
 """The sync and async drivers: same semantics, real (interruptible) waits on a Clock.
 
 Turns here pass no health store unless they must not share one: they use the
-process-wide `fsm.health.DEFAULT`, emptied before every test (tests/conftest.py)."""
+process-wide `fsm.health.store.DEFAULT`, emptied before every test (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 
 import pytest
 from fallgate.fsm import HealthStore, TurnFailed, VirtualClock, arun, instant_waits, run
+from fallgate.fsm.core.turn import TransitionsTurn
 from fallgate.fsm.trace import TraceEvent, from_jsonl, to_jsonl
-from fallgate.fsm.turn import TransitionsTurn
 
 from helpers import chain
 
@@ -169,26 +169,41 @@ def test_a_clock_that_is_not_a_clock_is_refused_by_name():
         run(chain("m0", "m1"), call, clock=lambda: 0.0)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("driver", ["run", "arun"])
-def test_a_health_store_url_given_as_health_is_refused_by_name(driver):
-    """A string (a store's URL) is not a store: refused before the turn, not inside it."""
-    call, _ = scripted("ok")
+def one_turn(driver: str, call, **options):
+    """A turn of `call` on the sync driver (``"run"``) or the asyncio one (``"arun"``)."""
 
     async def acall(target, credential):
         return call(target, credential)
 
-    refused = r"health must be a fallgate\.fsm\.health\.HealthStore .* got str"
+    if driver == "run":
+        return run(chain("m"), call, **options)
+    return asyncio.run(arun(chain("m"), acall, **options))
+
+
+@pytest.mark.parametrize("driver", ["run", "arun"])
+def test_a_health_store_url_given_as_health_is_refused_by_name(driver):
+    """A string (a store's URL) is not a store: refused before the turn, not inside it."""
+    call, _ = scripted("ok")
+    refused = r"health must be a fallgate\.HealthStore .* got str"
     with pytest.raises(TypeError, match=refused):
-        if driver == "run":
-            run(chain("m"), call, health="redis://cache:6379/0")  # type: ignore[arg-type]
-        else:
-            asyncio.run(arun(chain("m"), acall, health="redis://cache:6379/0"))  # type: ignore[arg-type]
+        one_turn(driver, call, health="redis://cache:6379/0")
 
 
 def test_a_random_source_that_is_not_callable_is_refused_by_name():
     call, _ = scripted("ok")
     with pytest.raises(TypeError, match=r"random must be a callable .* got float"):
         run(chain("m"), call, random=0.5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("driver", ["run", "arun"])
+def test_an_unknown_keyword_is_refused_by_name_before_any_attempt(driver):
+    """The drivers' keywords are one `TypedDict` (`Options`): a misspelt one is still
+    refused, naming it and what is taken, as a signature would."""
+    call, calls = scripted("ok")
+    refused = r"unexpected keyword argument 'retries' \(it takes: affinity, classify, .*telemetry\)"
+    with pytest.raises(TypeError, match=refused):
+        one_turn(driver, call, retries=3)
+    assert calls == []
 
 
 def test_instant_waits_take_no_real_time_but_keep_cooldowns_honest():

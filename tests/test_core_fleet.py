@@ -10,17 +10,17 @@ import threading
 from typing import Any
 
 import pytest
-from fallgate.fsm import fleet
-from fallgate.fsm.actions import Attempt
 from fallgate.fsm.clock import VirtualClock
+from fallgate.fsm.core.actions import Attempt
+from fallgate.fsm.core.turn import Turn
 from fallgate.fsm.errors import TurnFailed
-from fallgate.fsm.health import HealthStore
-from fallgate.fsm.outcomes import Outcome, OutcomeKind
-from fallgate.fsm.policy import Credential, Policy, Secret, Target
-from fallgate.fsm.shared import SharedHealthStore
-from fallgate.fsm.store import Backend, MemoryBackend, Records, StoreUnavailable, Update
-from fallgate.fsm.testing import play
-from fallgate.fsm.turn import Turn
+from fallgate.fsm.health import records as fleet
+from fallgate.fsm.health.backend import Backend, MemoryBackend, Records, StoreUnavailable, Update
+from fallgate.fsm.health.shared_store import SharedHealthStore
+from fallgate.fsm.health.store import HealthStore
+from fallgate.fsm.host.scripted import play
+from fallgate.fsm.kinds import Outcome, OutcomeKind
+from fallgate.fsm.policy.model import Credential, Policy, Secret, Target
 
 import fallgate
 
@@ -218,20 +218,29 @@ def test_a_crashed_probers_lease_expires():
     assert play(policy, ["success"], health=health, clock=clock).models == ["m0"]
 
 
-def test_an_empty_retry_budget_fails_the_turn_saying_so():
-    """A storm: the only target answers 503 to everything. Retries stop once the budget
-    is spent; later turns make one request each (their first attempt is free)."""
+def test_an_empty_retry_budget_stops_the_retries_and_the_breaker_takes_over():
+    """A storm: the only target answers 503 to everything, its breaker's failure count
+    out of play. Turns 1 and 2 spend the budget (3 requests each); turn 3's retry is
+    refused by the empty bucket, which trips the breaker: it waits 5 s for the verdict
+    and probes (2 requests); turns 4 and 5 wait for the 10 s and 20 s spans and probe
+    (1 each). Then the breaker has been failing for 35 s, longer than retry_after_cap:
+    every later turn fails at once, with neither a request nor a wait."""
     policy = chain(
         "m0", max_attempts=3, retry_budget={"size": 4}, breaker={"allowed_failures": 1000}
     )
     health, clock = HealthStore(), VirtualClock()
     calls: list[str] = []
+    started = clock.now()
     for _ in range(20):
         with pytest.raises(TurnFailed) as failed:
             fallgate.run(policy, primary_down(calls), health=health, clock=clock)
         clock.advance(0.01)
-    assert len(calls) == 20 + 4  # every first attempt, and the 4 retries the budget had
-    assert "retry budget of primary is empty" in str(failed.value)
+    assert len(calls) == 3 + 3 + 2 + 1 + 1
+    assert "every target is cooling beyond the Retry-After cap" in str(failed.value)
+    # the three spans, each waited with its spread (a tenth, at least 0.5 s), the two
+    # backoffs of turns 1 and 2 (0.5 s and 1 s at most), 20 x 0.01 s: no other wait
+    spans = 5 + 10 + 20
+    assert clock.now() - started <= spans + (0.5 + 1 + 2) + 2 * (0.5 + 1) + 0.2 + 1e-6
 
 
 def test_an_empty_budget_sends_the_retry_to_the_fallback():
@@ -403,7 +412,11 @@ def test_an_unreachable_store_never_fails_a_turn_warns_once_and_catches_up(caplo
         for _ in range(3):
             call = primary_down(calls)
             assert fallgate.run(policy, call, health=store, clock=clock).value == "fallback answer"
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = [
+        r
+        for r in caplog.records
+        if r.levelno == logging.WARNING and r.getMessage().startswith("fallgate: health store")
+    ]
     assert len(warnings) == 1 and "flaky://" in warnings[0].getMessage()
     # local health went on: the third failed turn opened the breaker in the replica
     assert fallgate.run(policy, primary_down(calls), health=store, clock=clock).target == (
@@ -456,7 +469,7 @@ def test_the_probe_lease_is_fleet_wide():
 
 
 def test_a_shared_store_takes_only_a_backend():
-    with pytest.raises(TypeError, match=r"fsm\.store\.Backend"):
+    with pytest.raises(TypeError, match=r"fsm\.health\.backend\.Backend"):
         SharedHealthStore(object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="ttl"):
         SharedHealthStore(MemoryBackend(), ttl=0)

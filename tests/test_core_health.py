@@ -6,19 +6,11 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import fallgate.fsm.health
-from fallgate.fsm import (
-    HealthStore,
-    Outcome,
-    OutcomeKind,
-    Turn,
-    VirtualClock,
-    instant_waits,
-    run,
-)
-from fallgate.fsm.actions import Attempt, Finish
-from fallgate.fsm.host import host_loop
-from fallgate.fsm.testing import FakeClock, play
+import fallgate.fsm.health.store
+from fallgate.fsm import HealthStore, Outcome, OutcomeKind, Turn, VirtualClock, instant_waits, run
+from fallgate.fsm.core.actions import Attempt, Finish
+from fallgate.fsm.host.loop import host_loop
+from fallgate.fsm.host.scripted import play
 
 from helpers import chain
 
@@ -59,7 +51,7 @@ def test_many_threads_running_turns_on_one_store_all_end_and_attribute_cooldowns
 def test_a_new_turn_starts_clean_whatever_the_previous_turn_left_behind():
     """Property 7 by example: only health facts cross turns, never counters."""
     policy = chain("m0", "m1", max_attempts=2)
-    health, clock = HealthStore(), FakeClock()
+    health, clock = HealthStore(), VirtualClock()
     play(policy, ["transport"] * 6, health=health, clock=clock, rebuild_ok=[True, True])
     clock.advance(1000)
     again = play(
@@ -73,11 +65,11 @@ def test_a_new_turn_starts_clean_whatever_the_previous_turn_left_behind():
 
 def test_turns_given_no_store_share_the_named_process_wide_default():
     """Two unrelated callers, each with its own policy object for the same endpoints:
-    without ``health=`` both use `fallgate.fsm.health.DEFAULT`, so a cooldown one of them
+    without ``health=`` both use `fallgate.fsm.health.store.DEFAULT`, so a cooldown one of them
     caused is seen by the other, and by anyone who reads the default."""
     first, second = chain("m0", "m1"), chain("m0", "m1")
     assert first is not second
-    assert Turn(first).s.health is fallgate.fsm.health.DEFAULT is HealthStore.default()
+    assert Turn(first).s.health is fallgate.fsm.health.store.DEFAULT is HealthStore.default()
     clock = VirtualClock()
     models: list[str] = []
 
@@ -89,7 +81,7 @@ def test_turns_given_no_store_share_the_named_process_wide_default():
 
     run(first, call, clock=clock)
     assert models == ["m0", "m1"]
-    cooling = fallgate.fsm.health.DEFAULT.snapshot()["credentials"]
+    cooling = fallgate.fsm.health.store.DEFAULT.snapshot()["credentials"]
     key1 = first.targets[0].credentials[0].health_id
     assert cooling == {(first.targets[0].key, key1): clock.now() + 60}
     assert run(second, call, clock=clock).model == "m1"

@@ -1,4 +1,4 @@
-"""The host loop (fsm.host): the one place that carries out waits and rebuilds,
+"""The host loop (fsm.host.loop): the one place that carries out waits and rebuilds,
 hands attempts out, and aborts a turn that is abandoned."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from fallgate.fsm import HealthStore, Outcome, Policy, Turn, VirtualClock
-from fallgate.fsm.actions import Action, Attempt, Fail, Finish
-from fallgate.fsm.host import ahost_loop, host_loop
+from fallgate.fsm.core.actions import Action, Attempt, Fail, Finish
+from fallgate.fsm.host.loop import ahost_loop, host_loop
 
 
 class RecordingClock(VirtualClock):

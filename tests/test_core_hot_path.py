@@ -4,7 +4,7 @@ builds and locks (counted with a profile hook and counting stand-ins, in this pr
 The turn is regression scenario 1's, as the core bench runs it (`python -m bench --only
 core`): timeout, timeout, transport recovery, 429, fallback, success — four attempts on a
 fresh in-memory store. The figures these budgets hold were measured beside tenacity
-making the same attempts (README, "Core overhead")."""
+making the same attempts (docs/bench.md, "Core overhead")."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import attrs
 import pytest
 import tenacity
 from fallgate.fsm import HealthStore, Outcome, OutcomeKind, Turn, VirtualClock
-from fallgate.fsm.actions import (
+from fallgate.fsm.core.actions import (
     Attempt,
     Finish,
     Rebuild,
@@ -28,9 +28,9 @@ from fallgate.fsm.actions import (
     new_rebuild,
     new_wait,
 )
-from fallgate.fsm.host import host_loop
-from fallgate.fsm.machine import FanOut
-from fallgate.fsm.state import TurnState
+from fallgate.fsm.core.machine import FanOut
+from fallgate.fsm.core.state import TurnState
+from fallgate.fsm.host.loop import host_loop
 
 from helpers import chain
 
@@ -207,16 +207,18 @@ def test_the_faulty_turn_makes_fewer_python_calls_than_its_budget():
     (it was 0.50x once the fleet's bookkeeping had come in; the compiled fan-outs, the
     one-read readiness and the executor's setup hook brought it to 0.44x, 148 calls; the
     actions built through their slots, the fallback's bare pick, the cause noted with the
-    bench and the grant's precomputed class check to 0.42x, 143)."""
+    bench and the grant's precomputed class check to 0.42x, 143; the time reserve each
+    retry and the recovery ask, its guard, worst wait, attempt bound and largest reserve,
+    to 0.47x, 158)."""
     faulty_turn()
     ours = len(calls(drive))
     theirs = len(calls(tenacity_turn()))
-    assert ours <= 0.43 * theirs, (ours, theirs)
+    assert ours <= 0.47 * theirs, (ours, theirs)
 
 
 def test_the_turn_builds_its_actions_without_attrs_init():
     """The seven actions of the faulty turn (four attempts, a wait, a rebuild, the finish)
-    are built through their slots' setters (`fsm.actions.new_attempt`, ...): attrs' frozen
+    are built through their slots' setters (`fsm.core.actions.new_attempt`, ...): attrs' frozen
     `__init__`, which looks every field up by name, is never run."""
     faulty_turn()
     codes = set(calls(drive))
@@ -232,7 +234,7 @@ def test_the_turn_builds_its_actions_without_attrs_init():
         (
             Attempt,
             new_attempt,
-            (POLICY.targets[0], POLICY.targets[0].pool()[0], 4.5, 2, True, True, 30.0),
+            (POLICY.targets[0], POLICY.targets[0].pool()[0], 4.5, 2, True, True, 30.0, "Once "),
         ),
         (Wait, new_wait, (0.25, "transport backoff")),
         (Rebuild, new_rebuild, (POLICY.targets[1],)),

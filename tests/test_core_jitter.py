@@ -15,10 +15,10 @@ import random
 
 import pytest
 from fallgate.fsm import HealthStore, Turn, VirtualClock
-from fallgate.fsm.actions import Attempt, Wait
-from fallgate.fsm.backoff import exp_cap, wake_spread
-from fallgate.fsm.outcomes import Outcome
-from fallgate.fsm.testing import play
+from fallgate.fsm.core.actions import Attempt, Wait
+from fallgate.fsm.host.scripted import play
+from fallgate.fsm.kinds import Outcome
+from fallgate.fsm.policy.backoff import exp_cap, wake_spread
 
 from helpers import chain
 

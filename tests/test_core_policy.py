@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from fallgate.fsm import Policy, PolicyError, Target
-from fallgate.fsm.outcomes import OutcomeKind
-from fallgate.fsm.policy import Backoff, Credential
+from fallgate.fsm.kinds import OutcomeKind
+from fallgate.fsm.policy.model import Backoff, Credential
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -212,7 +213,29 @@ def test_pretty_printers_never_show_a_key():
 
 
 def test_a_cooldown_cap_below_its_initial_value_is_refused():
-    from fallgate.fsm.policy import Cooldown
+    from fallgate.fsm.policy.model import Cooldown
 
     with pytest.raises(PolicyError, match=r"cap = 1: must be >= initial \(5\)"):
         Cooldown(initial=5, cap=1)
+
+
+def test_every_target_field_is_read_from_the_entry():
+    """The entry's keys are the `Target` fields (derived, not restated): each one given
+    reaches the target, and none is left out of the accepted keys."""
+    entry = {
+        "provider": "corp",
+        "model": "m-1",
+        "base_url": "http://127.0.0.1:9/v1",
+        "context_length": 4096,
+        "rotation": "round_robin",
+        "keyless": True,
+        "group": "g",
+        "weight": 2.0,
+        "assistant_prefix": True,
+    }
+    placed = {"credentials", "index", "member", "entry"}  # by the entry's place in the chain
+    names = {f.name for f in attrs.fields(Target) if f.init} - placed
+    assert set(entry) == names, "a Target field this test does not give"
+    target = Policy.from_dict({"primary": entry}).targets[0]
+    for name, value in entry.items():
+        assert getattr(target, name) == value, name

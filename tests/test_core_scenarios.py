@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 from fallgate.fsm import HealthStore, Turn
-from fallgate.fsm.testing import FakeClock, play
-from fallgate.fsm.turn import TransitionsTurn
+from fallgate.fsm.clock import VirtualClock
+from fallgate.fsm.core.turn import TransitionsTurn
+from fallgate.fsm.host.scripted import play
 
 from helpers import chain
 
@@ -21,7 +22,7 @@ def test_scenario_1_a_429_after_timeouts_and_recovery_still_reaches_the_fallback
     """The original bug: after an earlier failed fallback activation, timeouts and a
     successful client rebuild, a 429 must still fall back."""
     policy = chain("glm-5.1", "glm-4.7", max_attempts=2)
-    health, clock = HealthStore(), FakeClock()
+    health, clock = HealthStore(), VirtualClock()
     # An earlier turn: the primary was rate limited, the eager fallback's client could
     # not be built (transport faults, then the rebuild failed too).
     earlier = play(

@@ -6,10 +6,9 @@ import logging
 
 import pytest
 from fallgate.fsm import HealthStore, TurnFailed, instant_waits, run
-from fallgate.fsm.outcomes import OutcomeKind
-from fallgate.fsm.testing import play
+from fallgate.fsm.host.scripted import play
+from fallgate.fsm.kinds import FAULT_KINDS, OutcomeKind
 from fallgate.fsm.trace import to_jsonl
-from fallgate.fsm.traits import FAULT_KINDS
 
 from helpers import chain
 

@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fallgate.providers import demo
-from fallgate.providers.cli import main
+from fallgate.providers.cli import demo, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +35,11 @@ EXPECTED = {
     "retry-after": ("done", [["primary", "gpt-4.1"], ["fallback_1", "glm-4.7"]]),
     "overloaded": ("done", [["primary", "gpt-4.1"], ["fallback_1", "glm-4.7"]]),
     "context-too-long": ("done", [["primary", "small-8k"], ["fallback_2", "large-128k"]]),
+    # one silent attempt, then the fallback while it still has its attempt's time
+    "silent-primary": ("done", [["primary", "gpt-4.1"], ["fallback_1", "glm-4.7"]]),
     "stream-broken": ("failed", [["primary", "gpt-4.1"]]),
+    # the delivered text as an assistant prefix to the fallback, which goes on from there
+    "stream-continued": ("done", [["primary", "gpt-4.1"], ["fallback_1", "mistral-large"]]),
 }
 
 
@@ -56,7 +59,6 @@ def demo_json(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict, Path
 
 def test_demo_json_lists_every_scenario_with_state_calls_and_elapsed(demo_json):
     code, data, _, _, _ = demo_json
-    assert code == 0
     assert list(data) == ["scenarios"]
     names = [s["name"] for s in data["scenarios"]]
     assert names == list(EXPECTED)
@@ -67,6 +69,7 @@ def test_demo_json_lists_every_scenario_with_state_calls_and_elapsed(demo_json):
         assert s["calls"] == calls, s
         assert isinstance(s["elapsed"], float) and 0 < s["elapsed"] < 5
         assert s["ok"] is True
+    assert code == 0  # after the scenarios: a failure names the scenario that broke
 
 
 def test_retry_after_171_is_answered_by_the_fallback_without_sleeping(demo_json):
@@ -101,7 +104,9 @@ def test_demo_prints_each_turns_path_as_a_table(capsys):
     assert "call fallback_2 (large-128k)" in text
     assert "never called: tiny-4k" in text
     assert "'Once upon a time'" in text
-    assert "5/5 scenarios took their expected path" in text
+    assert "answered 'Once upon a time there was a gate that never closed.'" in text
+    n = len(demo.SCENARIOS)
+    assert f"{n}/{n} scenarios took their expected path" in text
     assert "sk-demo" not in text  # keys never printed
 
 
@@ -125,6 +130,6 @@ def test_make_demo_and_diagrams_install_nothing_system_wide(target):
     )
     assert done.returncode == 0, done.stderr
     recipe = done.stdout
-    assert f"fallgate{' demo' if target == 'demo' else '.providers.gallery'}" in recipe
+    assert f"fallgate{' demo' if target == 'demo' else '.providers.cli.gallery'}" in recipe
     for word in ("apt-get", "apt ", "sudo", "brew", "dnf", "yum"):
         assert word not in recipe, (target, word, recipe)

@@ -10,13 +10,16 @@ import re
 import shutil
 
 import pytest
-from fallgate.fsm import Policy, diagram, overview
-from fallgate.fsm.defaults import default_policy
-from fallgate.fsm.machine import declare
-from fallgate.fsm.testing import play
+from fallgate.fsm import Policy
+from fallgate.fsm.core.machine import declare
+from fallgate.fsm.diagram import overview
+from fallgate.fsm.diagram import render as diagram
+from fallgate.fsm.diagram.style import mermaid_text
+from fallgate.fsm.host.scripted import play
+from fallgate.fsm.kinds import Phase
+from fallgate.fsm.policy.defaults import default_policy
 from fallgate.fsm.trace import TraceEvent, from_jsonl
-from fallgate.fsm.traits import Phase
-from fallgate.providers import gallery
+from fallgate.providers.cli import gallery
 
 from helpers import KEY_PREFIX, KEY_TAIL, chain
 
@@ -31,11 +34,8 @@ def mermaid_ids(text: str) -> set[str]:
 def test_every_state_of_the_users_chain_is_drawn_grouped_under_its_provider_and_model():
     decl = declare(chain("m.one", "m-two", "end", provider="prov-{i}"))
     text = diagram.to_mermaid(decl)
-    for s in decl.states:
-        if s.phase is Phase.COOLING:  # turn-start waits are summarised in the legend
-            assert f'"{s.name}"' not in text
-        else:
-            assert f'"{s.name}"' in text
+    for s in decl.states:  # every state is drawn, the cooling ones too: a refused
+        assert f'"{s.name}"' in text  # attempt waits there for the breaker's verdict
     assert "wait in the soonest one's _cooling state" in text
     assert 'state "primary: prov-0 · m.one" as g_0 {' in text
     assert 'state "fallback_2: prov-2 · end" as g_2 {' in text
@@ -59,16 +59,18 @@ def test_mermaid_ids_are_safe_whatever_the_names():
 
 
 def test_triggers_between_the_same_two_states_collapse_into_one_edge_with_guards():
-    decl = declare(chain("a", "b"))
+    decl = declare(chain("a", "b", keys=2))  # keys to rotate to
     text = diagram.to_mermaid(decl)
     loops = re.findall(r"^\s+s_primary --> s_primary : (.*)$", text, re.M)
     assert len(loops) == 1
     assert "rate_limited, quota, auth" in loops[0]
-    assert "[another key free, rotations #lt; keys-1, elapsed #lt; 120s]" in loops[0]
+    reserve = "then ≤60s more leaves the next target an attempt"
+    assert f"[another key free, rotations #lt; keys-1, elapsed #lt; 180s#59; {reserve}]" in loops[0]
     edges = re.findall(r"^\s+s_primary --> s_primary_transport_backoff : (.*)$", text, re.M)
     assert edges == [
-        "transport<br/>[attempts #lt; 3, not recovered, backoff ≤8s fits the 120s deadline, "
-        "not probing#59; streak #lt; 2 and a retry token (of 10) left, or a client-side fault]"
+        "transport<br/>[attempts #lt; 3, not recovered, backoff ≤8s fits the 180s deadline, "
+        "not probing#59; streak #lt; 2 and a retry token (of 10) left, or a client-side fault"
+        f"#59; {reserve}]"
     ]
     # one edge per (source, dest) pair, never two
     pairs = re.findall(r"^\s+(\S+) --> (\S+) :", text, re.M)
@@ -80,7 +82,7 @@ def test_last_resort_edges_say_otherwise_and_the_fallback_set_is_named_once():
     assert "otherwise: fault*" in text
     assert "content_filtered, bad_request" in text
     assert "fault* = transport, rate_limited, quota, overloaded, auth,\\l" in text
-    assert "[next eligible = fallback_1, elapsed < 120s]" in text
+    assert "[next eligible = fallback_1, elapsed < 180s]" in text
 
 
 def test_cancelled_is_drawn_once_not_from_every_state():
@@ -122,7 +124,7 @@ def test_a_trace_highlights_the_states_visited_and_numbers_the_edges_taken():
     ]
     assert (
         "s_primary --> s_fallback_1 : ⑥ rate_limited<br/>"
-        "[next eligible = fallback_1, elapsed #lt; 120s]" in mm
+        "[next eligible = fallback_1, elapsed #lt; 180s]" in mm
     )
     assert "s_primary_transport_backoff --> s_primary : ③ waited" in mm
     dot = diagram.to_dot(decl, played.trace)
@@ -263,12 +265,14 @@ def test_the_overview_draws_the_primary_in_full_and_each_other_target_as_one_box
     decl = declare(chain("m.one", "m-two", "end", "four", provider="prov-{i}", keys=2))
     text = overview.to_mermaid_overview(decl)
     nodes = _overview_nodes(text)
-    primary = [s.name for s in decl.states if s.target == 0 and s.phase is not Phase.COOLING]
+    primary = [s.name for s in decl.states if s.target == 0]
     assert [n for n in nodes if n.startswith("s_primary")] == [f"s_{n}" for n in primary]
-    assert len(primary) == 5  # calling, transport backoff, recovering, rate limited, server
+    # calling, transport backoff, recovering, rate limited, server, and cooling (the wait
+    # for its breaker's verdict)
+    assert len(primary) == 6 and decl.state(primary[-1]).phase is Phase.COOLING
     boxes = [n for n in nodes if n.startswith("s_fallback")]
     assert boxes == ["s_fallback_1", "s_fallback_2", "s_fallback_3"]  # no phases, chain order
-    assert "fallback_1_" not in text and "_cooling" not in text
+    assert "fallback_1_" not in text
     ends = {x for a, _, b in _overview_edges(text) for x in (a, b)}
     assert ends <= {*nodes, "g_0"}  # every edge joins drawn nodes
     assert 'subgraph g_0 ["primary: prov-0 · m.one"]' in text
@@ -295,9 +299,9 @@ def test_the_overview_labels_are_read_off_the_declaration():
     for t in decl.edges():
         src, dst = decl.state(t.source), decl.state(t.dest)
         if src.target == 0 and dst.target == 0 and t.guard is not None:
-            words = diagram._m(t.guard.label(policy, t.arg))
+            words = mermaid_text(t.guard.label(policy, t.arg))
             assert words in flat, words
-    assert "attempts #lt; 4, wait ≤ 12s, fits the 90s deadline" in flat
+    assert "attempts #lt; 4, wait ≤ 12s (spread within backoff ≤8s), fits the 90s deadline" in flat
     # an edge and its way back are one double-headed arrow; rotation is written in its state
     # (the way back is guarded too: no attempt after the deadline)
     back = (
@@ -318,9 +322,7 @@ def test_the_overview_labels_are_read_off_the_declaration():
 def test_the_overview_follows_the_policy():
     lean = overview.to_mermaid_overview(declare(chain("a", "b", recover_transport=False)))
     assert "s_primary_recovering" not in lean and "rebuild_failed" not in lean
-    streams = declare(
-        chain("a", "b", continue_streams=True, rules={"stream_interrupted": {"retry": True}})
-    )
+    streams = declare(chain({"model": "a", "assistant_prefix": True}, "b"))
     assert 's_primary_continuing["primary_continuing<br/>↻ stream_interrupted' in (
         overview.to_mermaid_overview(streams)
     )
@@ -347,4 +349,4 @@ def test_the_overview_ids_are_safe_and_it_never_shows_a_key():
 
 def test_mermaid_label_escapes_are_one_pass():
     # '"' -> '#quot;' must not have its ';' escaped again (it showed as "#quot;")
-    assert diagram._m('q"u;o#t<1>%{x}') == "q#quot;u#59;o#35;t#lt;1#gt;#37;(x)"
+    assert mermaid_text('q"u;o#t<1>%{x}') == "q#quot;u#59;o#35;t#lt;1#gt;#37;(x)"

@@ -20,11 +20,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from fallgate.fsm import Policy, diagram, overview
-from fallgate.fsm.defaults import default_policy
-from fallgate.fsm.machine import declare
-from fallgate.fsm.testing import play
-from fallgate.providers import gallery
+from fallgate.fsm import Policy
+from fallgate.fsm.core.machine import declare
+from fallgate.fsm.diagram import overview
+from fallgate.fsm.diagram import render as diagram
+from fallgate.fsm.host.scripted import play
+from fallgate.fsm.policy.defaults import default_policy
+from fallgate.providers.cli import gallery
 
 from helpers import chain
 

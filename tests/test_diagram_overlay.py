@@ -13,12 +13,11 @@ from pathlib import Path
 
 import attrs
 import pytest
-from fallgate.fsm import diagram
-from fallgate.fsm.machine import DONE, FAILED, Declaration, declare
-from fallgate.fsm.testing import play
+from fallgate.fsm.core.machine import DONE, FAILED, Declaration, declare
+from fallgate.fsm.diagram import render as diagram
+from fallgate.fsm.host.scripted import play
 from fallgate.fsm.trace import TraceEvent, to_jsonl
-from fallgate.providers import gallery
-from fallgate.providers.cli import main
+from fallgate.providers.cli import gallery, main
 
 from helpers import KEY_PREFIX, KEY_TAIL, chain
 
@@ -129,7 +128,7 @@ def test_each_step_carries_its_paths_numerals_and_its_wait():
     assert heads == ["② overloaded", "❷ overloaded", "❹ overloaded"]
     # each step's wait sits under its own numeral
     for head, wait in zip(heads, waits, strict=True):
-        assert label[label.index(head) + 2] == f"wait {diagram._seconds(wait)}", label
+        assert label[label.index(head) + 2] == f"wait {diagram.fmt_seconds(wait)}", label
     # steps that read alike share a line: the start of both paths is one line, ① ❶
     assert mermaid_edges(mm)[("s_idle", "s_primary")].startswith("①❶ start<br/>")
     assert mermaid_edges(mm)[("s_primary_server_backoff", "s_primary")].startswith("③❸❺ waited")
@@ -336,9 +335,9 @@ def test_the_committed_overlay_is_what_the_documented_command_draws(capsys, monk
     code, out, err = run(capsys, *argv)
     assert (code, err) == (0, "")
     assert out == (gallery.DIAGRAMS / "overlay.dot").read_text()
-    # the README and docs/cli.md show the same command (drawing SVG)
+    # docs/cli.md shows the same command (drawing SVG)
     traces = " ".join(argv[argv.index("--trace") :])
-    for page in ("README.md", "docs/cli.md"):
+    for page in ("docs/cli.md",):
         text = re.sub(r"\s*\\\n\s*", " ", (gallery.DIAGRAMS.parent / page).read_text())
         assert f"fallgate diagram diagrams/scenario-1.toml {traces} -o overlay.svg" in text, page
 

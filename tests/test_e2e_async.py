@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from fallgate.fsm import TurnFailed, TurnResult, instant_waits
 from fallgate.providers import AsyncFallgate
-from fallgate.providers.fault_server import FaultServer
+from fallgate.providers.testing.fault_server import FaultServer
 
 from helpers import chain
 

@@ -72,6 +72,14 @@ BROKEN_200 = [
         "message is empty",
     ),
     (
+        "a message whose content is a number",
+        completion(
+            {"index": 0, "message": {"role": "assistant", "content": 5}, "finish_reason": "stop"}
+        ),
+        "overloaded (HTTP 200)",
+        "content is int, not text",
+    ),
+    (
         "OpenRouter's finish_reason error",
         completion({"index": 0, "finish_reason": "error", "error": OPENROUTER_ERROR}),
         "overloaded (HTTP 502)",

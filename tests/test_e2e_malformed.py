@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fallgate.fsm import TurnFailed, instant_waits
 from fallgate.providers import Fallgate
-from fallgate.providers.fault_server import FaultServer
+from fallgate.providers.testing.fault_server import FaultServer
 
 from helpers import chain
 

@@ -12,8 +12,9 @@ import openai
 import pytest
 from fallgate.fsm import Policy, Target, TurnFailed, instant_waits
 from fallgate.providers import Fallgate
-from fallgate.providers.fault_server import FaultServer
+from fallgate.providers.testing.fault_server import FaultServer
 
+from fault_steps import CONTEXT_TOO_LONG_8K
 from helpers import chain
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -232,18 +233,7 @@ def test_scenario_5_with_a_healthy_fallback_answers(
 def test_scenario_6_context_too_long_skips_the_smaller_fallback(
     fault_server: FaultServer, instant: None
 ) -> None:
-    too_long = {
-        "kind": "status",
-        "status": 400,
-        "body": {
-            "error": {
-                "message": "This model's maximum context length is 8192 tokens.",
-                "type": "invalid_request_error",
-                "code": "context_length_exceeded",
-            }
-        },
-    }
-    fault_server.script({"models": {"big-8k": [too_long]}})
+    fault_server.script({"models": {"big-8k": [CONTEXT_TOO_LONG_8K]}})
     policy = chain("big-8k@8192", "small-4k@4096", "huge-128k@131072", server=fault_server)
     with Fallgate(policy) as gate:
         result = gate.run(messages=MSG)

@@ -323,7 +323,7 @@ def test_a_thousand_concurrent_turns_all_end_at_their_deadline(tmp_path):
     deadline no turn starts an attempt at or after its deadline, every turn fails,
     and none waits for a trickle to end. How late the slowest turn ends is
     CPU, not waiting: 2,000 SDK requests cost seconds of client CPU on a small machine
-    (printed, with the event loop's worst lateness, for the README)."""
+    (printed, with the event loop's worst lateness, for docs/bench.md)."""
     n, deadline = 1000, 3.0
     script = {"default": {"kind": "keepalive", "interval": 1.0, "seconds": 30}}
     lag = [0.0]
@@ -362,7 +362,7 @@ def test_a_thousand_concurrent_turns_all_end_at_their_deadline(tmp_path):
 
         results = asyncio.run(all_turns())
     took = sorted(t for t, _, _ in results)
-    print(  # the README's figure (pytest -s)
+    print(  # docs/bench.md's figure (pytest -s)
         f"{n} turns, deadline {deadline:g} s: slowest {took[-1]:.2f} s, median "
         f"{took[n // 2]:.2f} s, fastest {took[0]:.2f} s; event loop late by up to {lag[0]:.2f} s"
     )
@@ -423,7 +423,7 @@ class _OwnTransport:
     each request to a real one it keeps to itself."""
 
     def __init__(self) -> None:
-        from fallgate.providers import transport
+        from fallgate.providers.openai.http import transport
 
         self._inner = transport.AsyncHTTPTransport()
 
@@ -436,7 +436,7 @@ class _OwnTransport:
 
 def _own_transport_factory(target: Any, api_key: str) -> Any:
     import openai
-    from fallgate.providers import transport
+    from fallgate.providers.openai.http import transport
 
     base = transport.http.AsyncBaseTransport
     own = type("OwnTransport", (_OwnTransport, base), {})()
@@ -447,8 +447,8 @@ def _own_transport_factory(target: Any, api_key: str) -> Any:
 
 
 def test_only_clients_on_the_librarys_own_transport_are_instrumented(fault_server):
-    from fallgate.providers.bounds import instrument, is_instrumented
-    from fallgate.providers.pools import async_openai_factory
+    from fallgate.providers.openai.http.bounds import instrument, is_instrumented
+    from fallgate.providers.openai.http.pools import async_openai_factory
 
     policy = _slow_then_fast(fault_server)
     ours = async_openai_factory(1.0)(policy.targets[0], "sk-test")

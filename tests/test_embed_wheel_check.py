@@ -43,12 +43,12 @@ def complete() -> list[str]:
 
 
 def test_the_checkout_has_the_packages_we_expect(complete: list[str]) -> None:
-    for package in ("fallgate/fsm/checker", "fallgate/providers/fault_server"):
+    for package in ("fallgate/fsm/checker", "fallgate/providers/testing/fault_server"):
         assert f"{package}/__init__.py" in complete
     for package in ("fallgate", "fallgate/fsm", "fallgate/providers"):
         assert f"{package}/__init__.py" in complete
         assert f"{package}/py.typed" in complete
-    assert wheel_check.expected_files()["fallgate/fsm/turn.py"] == "fsm/turn.py"
+    assert wheel_check.expected_files()["fallgate/fsm/core/turn.py"] == "fsm/core/turn.py"
 
 
 def test_a_complete_wheel_passes(tmp_path: Path, complete: list[str]) -> None:
@@ -56,10 +56,13 @@ def test_a_complete_wheel_passes(tmp_path: Path, complete: list[str]) -> None:
 
 
 def test_a_subpackage_left_out_of_pyproject_fails(tmp_path: Path, complete: list[str]) -> None:
-    names = [n for n in complete if not n.startswith("fallgate/providers/fault_server/")]
+    names = [n for n in complete if not n.startswith("fallgate/providers/testing/fault_server/")]
     found = wheel_check.problems(_wheel(tmp_path, names))
     assert len(found) == 1
-    assert "package fallgate.providers.fault_server (from providers/fault_server/)" in found[0]
+    expected = (
+        "package fallgate.providers.testing.fault_server (from providers/testing/fault_server/)"
+    )
+    assert expected in found[0]
     assert "pyproject" in found[0]
 
 

@@ -1,4 +1,4 @@
-"""fsm.error_body and the status rules around it: which field decides, and that no
+"""fsm.catalogue.error_body and the status rules around it: which field decides, and that no
 body, however odd, makes classification raise.
 
 The real bodies live in the catalogue (tests/test_error_catalogue.py); these pin the
@@ -11,8 +11,8 @@ import time
 from typing import Any
 
 from fallgate.fsm import OutcomeKind
-from fallgate.fsm.classify import classify_status
-from fallgate.fsm.error_body import parse, read
+from fallgate.fsm.catalogue.classify import classify_status
+from fallgate.fsm.catalogue.error_body import parse, read
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

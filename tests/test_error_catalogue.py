@@ -5,7 +5,7 @@ in the entry). The fault server answers it with the entry's status, headers and
 body; the real openai SDK raises what it raises; `classify_openai`, given the
 entry's registry provider, must land it in the expected class. Then a few whole
 turns show what the class changes: a billing 400 falls back, a day's quota benches
-the key for the cooldown cap while a per-minute limit is waited out, a bad key
+the key until midnight Pacific while a per-minute limit is waited out, a bad key
 reported as 400 rotates.
 """
 
@@ -19,11 +19,12 @@ from typing import Any
 import openai
 import pytest
 from fallgate.fsm import OutcomeKind, instant_waits
-from fallgate.fsm.registry import PROVIDERS
-from fallgate.providers import Fallgate, transport
-from fallgate.providers.classify import classify_openai
-from fallgate.providers.fault_server import FaultServer
-from fallgate.providers.pools import shared_ssl_context
+from fallgate.fsm.catalogue.registry import PROVIDERS
+from fallgate.providers import Fallgate
+from fallgate.providers.openai.exceptions import classify_openai
+from fallgate.providers.openai.http import transport
+from fallgate.providers.openai.http.pools import shared_ssl_context
+from fallgate.providers.testing.fault_server import FaultServer
 
 from helpers import chain, key
 
@@ -51,7 +52,10 @@ REQUIRED = {
     "llama.cpp",
 }
 FIELDS = {"id", "provider", "registry", "status", "body", "source", "expected", "why"}
-OPTIONAL = {"headers", "content_type", "retry_after"}
+OPTIONAL = {"headers", "content_type", "retry_after", "reset"}
+#: A day's quota at Gemini comes back at midnight Pacific (its rate-limits page): at most a
+#: day (and the hour a DST change adds) away.
+DAY = 25 * 3600.0
 
 
 def step(entry: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +128,9 @@ def test_catalogue_entry_lands_in_its_class(
     assert o.kind.value == entry["expected"], f"{entry['id']}: {o} ({entry['why']})"
     if "retry_after" in entry:
         assert o.retry_after == entry["retry_after"], o
-    if o.kind is OutcomeKind.QUOTA:
+    if o.kind is OutcomeKind.QUOTA and entry.get("reset") == "midnight_pacific":
+        assert o.retry_after is not None and 0 < o.retry_after <= DAY, o
+    elif o.kind is OutcomeKind.QUOTA:
         assert o.retry_after is None, "quota is benched for the cooldown cap, not a hint"
     assert KEY not in o.detail
 
@@ -156,9 +162,14 @@ def test_a_billing_error_sent_as_400_falls_back(srv: FaultServer) -> None:
     assert srv.counts == {"claude": 1, "glm": 1}
 
 
-def test_a_days_quota_benches_the_key_for_the_cooldown_cap() -> None:
-    """Gemini's per-day quota id: the key is not retried and stays benched for the
-    cooldown cap (not the body's "retry in"); the second key answers."""
+def test_a_days_quota_benches_the_key_until_midnight_pacific() -> None:
+    """Gemini's per-day quota id: the key is not retried and stays benched until the
+    quota comes back, midnight Pacific (https://ai.google.dev/gemini-api/docs/rate-limits;
+    it was benched for the cooldown cap, 300 s, before); the second key answers."""
+    import datetime as dt
+    import time
+    from zoneinfo import ZoneInfo
+
     with FaultServer() as srv, instant_waits() as clock:
         srv.script({"models": {"gemini": [step(BY_ID["gemini-per-day-quota-429"])]}})
         policy = chain("gemini", server=srv, keys=2, max_attempts=3)
@@ -170,7 +181,10 @@ def test_a_days_quota_benches_the_key_for_the_cooldown_cap() -> None:
             assert gate.health.credential_until(t.key, second.health_id) == 0.0
         assert result.value.choices[0].message.content == "ok"
         assert [r.api_key for r in srv.requests] == [key(0, 0), key(0, 1)]
-    assert benched == pytest.approx(policy.cooldown.cap, abs=1.0)
+    pacific = dt.datetime.now(ZoneInfo("America/Los_Angeles"))
+    midnight = (pacific + dt.timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    assert benched == pytest.approx(midnight.timestamp() - time.time(), abs=60.0)
+    assert benched > policy.cooldown.cap or midnight.timestamp() - time.time() < 300
 
 
 def test_a_per_minute_limit_is_waited_out_on_the_same_key(srv: FaultServer) -> None:
@@ -219,10 +233,10 @@ def test_a_context_overflow_in_llama_cpp_words_goes_to_the_larger_window(
 
 
 def test_the_docs_state_the_catalogues_size():
-    """README and docs/providers.md say how many bodies the catalogue holds: kept true."""
-    root = Path(__file__).parent.parent
+    """docs/providers.md and docs/limits.md say how many bodies the catalogue holds: kept
+    true."""
+    docs = Path(__file__).parent.parent / "docs"
     n = len(CATALOGUE)
-    assert f"holds {n} error bodies" in (root / "docs" / "providers.md").read_text("utf-8")
-    readme = (root / "README.md").read_text("utf-8")
-    assert f"catalogue of {n} real error bodies" in readme
-    assert f"against the {n} bodies of the catalogue" in readme
+    assert f"holds {n} error bodies" in (docs / "providers.md").read_text("utf-8")
+    limits = " ".join((docs / "limits.md").read_text("utf-8").split())
+    assert f"against the {n} bodies of the catalogue" in limits

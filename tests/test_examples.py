@@ -15,8 +15,9 @@ from pathlib import Path
 
 import attrs
 import pytest
-from fallgate.fsm.policy import Backoff, Cooldown
-from fallgate.fsm.traits import FAULT_KINDS, Rule
+from fallgate.fsm.checker import PROPERTIES
+from fallgate.fsm.kinds import FAULT_KINDS, Rule
+from fallgate.fsm.policy.model import Backoff, Cooldown
 
 from fallgate import Policy
 from fallgate.testing import FaultServer
@@ -87,7 +88,7 @@ def test_fallgate_check_passes_on_the_example_policy():
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("  holds   ") == 10, done.stdout
+    assert done.stdout.count("  holds   ") == len(PROPERTIES), done.stdout
 
 
 # -- examples/agent_loop.py ---------------------------------------------------------------------

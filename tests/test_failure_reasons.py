@@ -13,8 +13,8 @@ import re
 import openai
 import pytest
 from fallgate.fsm import HealthStore, Outcome, VirtualClock
-from fallgate.fsm.outcomes import OutcomeKind
-from fallgate.fsm.testing import play
+from fallgate.fsm.host.scripted import play
+from fallgate.fsm.kinds import OutcomeKind
 
 from fallgate import Fallgate, TurnFailed
 

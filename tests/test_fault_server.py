@@ -22,8 +22,8 @@ from typing import Any
 
 import openai
 import pytest
-from fallgate.providers import transport
-from fallgate.providers.fault_server import (
+from fallgate.providers.openai.http import transport
+from fallgate.providers.testing.fault_server import (
     FaultServer,
     RequestRecord,
     Script,
@@ -762,7 +762,7 @@ def test_serve_main_serves_the_script_until_interrupted(tmp_path: Path) -> None:
     path = tmp_path / "script.json"
     path.write_text(json.dumps(one("glm-4.7", kind="answer", text="served")))
     code = (
-        "import sys; from fallgate.providers.fault_server import serve_main; "
+        "import sys; from fallgate.providers.testing.fault_server import serve_main; "
         "sys.exit(serve_main(sys.argv[1]))"
     )
     with subprocess.Popen(
@@ -786,3 +786,14 @@ def test_serve_main_serves_the_script_until_interrupted(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     assert "glm-4.7 x1" in out
     assert err == ""
+
+
+def test_every_step_field_has_one_value_parser():
+    """`Step.parse` is table-driven: a field some kind accepts without a parser (or a
+    parser no kind uses) is caught here, not by a KeyError on a user's script."""
+    from fallgate.providers.testing.fault_server import script
+
+    accepted = set().union(*script._FIELDS.values()) | {"delay"}
+    assert accepted == set(script._FIELD_PARSERS)
+    for kind, (field, _) in script._REQUIRED.items():
+        assert field in script._FIELDS[kind], (kind, field)

@@ -19,8 +19,8 @@ from typing import Any
 
 import openai
 import pytest
-from fallgate.providers import transport
-from fallgate.providers.fault_server import FaultServer, load_script
+from fallgate.providers.openai.http import transport
+from fallgate.providers.testing.fault_server import FaultServer, load_script
 from fault_api_helpers import (
     KEY,
     RESPONSE_EVENTS,

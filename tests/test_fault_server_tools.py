@@ -14,7 +14,7 @@ from typing import Any
 
 import openai
 import pytest
-from fallgate.providers.fault_server import FaultServer, ScriptError, parse_script
+from fallgate.providers.testing.fault_server import FaultServer, ScriptError, parse_script
 from fault_api_helpers import (
     MESSAGES,
     TOOLS,

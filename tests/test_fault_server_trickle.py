@@ -12,7 +12,7 @@ import time
 
 import openai
 import pytest
-from fallgate.providers.fault_server import ScriptError, parse_script
+from fallgate.providers.testing.fault_server import ScriptError, parse_script
 
 
 def _post(server, body: dict, *, read_until: bytes | None = None, limit: int = 1 << 22):

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 from fallgate.fsm import Policy, Turn
-from fallgate.fsm.actions import Attempt, Rebuild, Wait
-from fallgate.fsm.guards import GUARDS, Guard
-from fallgate.fsm.health import HealthStore
-from fallgate.fsm.outcomes import Outcome, OutcomeKind
-from fallgate.fsm.state import TurnState, Visit
-from fallgate.fsm.testing import FakeClock
-from fallgate.fsm.traits import _ROWS, FAULT_KINDS, TRAITS, Level, _table
-from fallgate.fsm.turn import observe
+from fallgate.fsm.clock import VirtualClock
+from fallgate.fsm.core.actions import Attempt, Rebuild, Wait
+from fallgate.fsm.core.guards import GUARDS, Guard
+from fallgate.fsm.core.state import TurnState
+from fallgate.fsm.core.turn import observe
+from fallgate.fsm.core.visit import Visit
+from fallgate.fsm.health.store import HealthStore
+from fallgate.fsm.kinds import _ROWS, FAULT_KINDS, TRAITS, Level, Outcome, OutcomeKind, _table
 
 
 def test_every_outcome_kind_has_exactly_one_traits_row():
@@ -57,13 +57,20 @@ class _Recorder:
         self._policy = policy
         self.read: set[str] = set()
 
+    #: Methods that read one field for the caller: recorded as that field.
+    READS_FIELD = {"rule": "rules", "reserve_for": "reserve", "most_reserve": "reserve"}
+
     def __getattr__(self, name: str) -> Any:
-        self.read.add("rules" if name == "rule" else name)
+        self.read.add(self.READS_FIELD.get(name, name))
         return getattr(self._policy, name)
 
 
-def _policy(**extra: Any) -> Policy:
-    keys = {"api_keys": ["sk-a-123456", "sk-b-123456"], "base_url": "https://p.test/v1"}
+def _policy(assistant_prefix: bool = False, **extra: Any) -> Policy:
+    keys: dict[str, Any] = {
+        "api_keys": ["sk-a-123456", "sk-b-123456"],
+        "base_url": "https://p.test/v1",
+        "assistant_prefix": assistant_prefix,
+    }
     return Policy.from_dict(
         {
             **extra,
@@ -75,6 +82,7 @@ def _policy(**extra: Any) -> Policy:
             "max_attempts": 3,
             "retry_after_cap": 10,
             "deadline": 60,
+            "attempt_timeout": 10,  # the reserve leaves time for retries before a fallback
         }
     )
 
@@ -112,11 +120,7 @@ def test_every_guard_label_names_the_policy_fields_its_predicate_reads():
     the policy fields the predicate reads are the fields its label is formatted from."""
     policies = [
         _policy(),
-        _policy(
-            continue_streams=True,
-            prefer_waiting=True,
-            rules={"stream_interrupted": {"retry": True}},
-        ),
+        _policy(prefer_waiting=True, assistant_prefix=True),
     ]
     reads: dict[Guard, set[str]] = {}
     scripts = itertools.chain.from_iterable(
@@ -124,7 +128,7 @@ def test_every_guard_label_names_the_policy_fields_its_predicate_reads():
     )
     for policy, script in itertools.product(policies, scripts):
         health = HealthStore()
-        clock = FakeClock()
+        clock = VirtualClock()
         turn = Turn(policy, health=health, clock=clock, random=lambda: 1.0)
         _probe(turn, "start", None, reads)
         action = turn.start()
@@ -139,7 +143,10 @@ def test_every_guard_label_names_the_policy_fields_its_predicate_reads():
             if not isinstance(action, Attempt):
                 break
             _probe(turn, o.kind.value, o, reads)
+            _probe(turn, "denied", None, reads)  # had the store refused the attempt
             action = turn.feed(o)
+            if o.kind is OutcomeKind.QUOTA:  # another turn's report opens the breaker
+                health.open_target(turn.s.target.key, clock() + 5.0, clock())
     assert set(reads) == set(GUARDS), "some guard was never evaluated"
     for guard, fields in reads.items():
         unnamed = fields - {"targets"} - guard.reads  # the chain itself is the structure
@@ -158,11 +165,11 @@ def test_every_field_of_the_turn_state_is_keyed_or_says_why_not():
 
 
 def test_a_visit_is_replaced_whole_when_the_turn_moves_on():
-    from fallgate.fsm.testing import play
+    from fallgate.fsm.host.scripted import play
 
     policy = _policy()
     seen: list[Visit] = []
-    turn = Turn(policy, health=HealthStore(), clock=FakeClock(), random=lambda: 1.0)
+    turn = Turn(policy, health=HealthStore(), clock=VirtualClock(), random=lambda: 1.0)
     turn.start()
     seen.append(turn.s.visit)
     turn.feed(Outcome(OutcomeKind.NOT_FOUND))
@@ -178,7 +185,8 @@ def test_a_visit_is_replaced_whole_when_the_turn_moves_on():
 
 def test_the_checker_feeds_every_outcome_kind_with_every_abstract_retry_after_of_its_row():
     """The checker's alphabet is read off the traits table: a kind with a row is fed, a
-    `connection_level` kind both plain and marked `client_side`."""
+    `connection_level` kind plain, marked `client_side` and `silent` (it took the
+    attempt's whole bound)."""
     from fallgate.fsm.checker.alphabet import alphabet
     from fallgate.fsm.checker.context import Bounds
 
@@ -187,15 +195,20 @@ def test_the_checker_feeds_every_outcome_kind_with_every_abstract_retry_after_of
     fed = [trigger for trigger, _ in ab.on_attempt]
     assert set(fed) == {k.value for k in OutcomeKind}
     for kind in FAULT_KINDS:
-        ways = 2 if TRAITS[kind].connection_level else 1
+        ways = 3 if TRAITS[kind].connection_level else 1
         assert fed.count(kind.value) == ways * len(TRAITS[kind].retry_afters), kind
     marked = [k for k, args in ab.on_attempt if dict(args).get("client_side")]
     assert marked == [OutcomeKind.TRANSPORT.value]
+    silent = [k for k, args in ab.on_attempt if dict(args).get("silent")]
+    assert silent == [OutcomeKind.TRANSPORT.value]
 
 
-def test_the_checkers_independent_oracle_states_the_same_levels_as_the_traits_table():
-    """The oracle restates which outcomes are the key's fault on purpose (an engine bug
-    must not be mirrored); this keeps the two statements from drifting apart."""
+def test_the_credential_level_kinds_are_stated_twice():
+    """The checker's oracle reads which outcomes are the key's fault from the traits rows
+    (`CREDENTIAL_KINDS`); this test is the independent statement (an engine bug must not
+    be mirrored): moving a kind to or from credential level is a decision made twice."""
     from fallgate.fsm.checker.properties import CRED_LEVEL
 
-    assert set(CRED_LEVEL) == {k for k in FAULT_KINDS if TRAITS[k].level is Level.CREDENTIAL}
+    stated = {OutcomeKind.RATE_LIMITED, OutcomeKind.QUOTA, OutcomeKind.AUTH}
+    assert {k for k in FAULT_KINDS if TRAITS[k].level is Level.CREDENTIAL} == stated
+    assert set(CRED_LEVEL) == stated

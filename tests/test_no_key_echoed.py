@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from fallgate.fsm import HealthStore, Outcome, Policy, VirtualClock, run
 from fallgate.fsm import redact as redaction
-from fallgate.fsm.diagram import to_dot, to_mermaid
+from fallgate.fsm.core.machine import declare
+from fallgate.fsm.diagram.overview import to_mermaid_overview
+from fallgate.fsm.diagram.render import to_dot, to_mermaid
 from fallgate.fsm.errors import PolicyError
-from fallgate.fsm.machine import declare
-from fallgate.fsm.outcomes import OutcomeKind
-from fallgate.fsm.overview import to_mermaid_overview
-from fallgate.fsm.testing import play
+from fallgate.fsm.host.scripted import play
+from fallgate.fsm.kinds import OutcomeKind
 from fallgate.fsm.trace import to_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -1,4 +1,4 @@
-"""OpenTelemetry (fsm/otel.py): spans and metrics of real turns, read back in memory.
+"""OpenTelemetry (fsm/telemetry/otel.py): spans and metrics of real turns, read back in memory.
 
 The turns are real: the openai SDK over loopback HTTP to the fault server through
 `fallgate.Fallgate`, and `fallgate.run` with a plain callable. The SDK's HTTP spans
@@ -20,9 +20,9 @@ from typing import Any
 import openai
 import pytest
 from fallgate.fsm import Policy, Target, TurnFailed, VirtualClock, instant_waits
-from fallgate.fsm import otel as fsm_otel
-from fallgate.providers import transport
-from fallgate.providers.fault_server import FaultServer
+from fallgate.fsm.telemetry import otel as fsm_otel
+from fallgate.providers.openai.http import transport
+from fallgate.providers.testing.fault_server import FaultServer
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -768,7 +768,7 @@ def test_a_sampled_out_turn_records_metrics_and_no_span() -> None:
 
 
 def test_an_exception_out_of_the_attempt_closes_the_spans(otel: Telemetry) -> None:
-    from fallgate.fsm.host import host_loop
+    from fallgate.fsm.host.loop import host_loop
 
     def attempt(a: Any) -> Any:
         raise RuntimeError("the host's own bug")

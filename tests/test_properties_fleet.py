@@ -5,7 +5,7 @@ attempts, a random breaker and retry budget, a short probe lease), runs 2-5 turn
 side by side on one health store (a finished turn's slot starts a new turn, so many
 turns pass), and lets Hypothesis pick the interleaving: which turn starts, is granted its
 attempt, gets which outcome (Retry-After values included), ends its wait; time passes in
-between. `fsm.checker.fleet.FleetRun` judges every step with the same checks as the
+between. `fsm.checker.interleave.FleetRun` judges every step with the same checks as the
 exhaustive `check_fleet`: at most one half-open probe in flight per target; no retry
 without a token (the checker's own ledger); no target unprobeable beyond its bound, nor
 lost once every turn has ended; declared transitions, no ping-pong, termination.
@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from fallgate.fsm import Policy
-from fallgate.fsm.checker.fleet import OUTCOMES, FleetRun
-from fallgate.fsm.health import HealthStore
-from fallgate.fsm.shared import SharedHealthStore
-from fallgate.fsm.store import MemoryBackend
+from fallgate.fsm.checker.interleave import OUTCOMES, FleetRun
+from fallgate.fsm.health.backend import MemoryBackend
+from fallgate.fsm.health.shared_store import SharedHealthStore
+from fallgate.fsm.health.store import HealthStore
 from hypothesis import note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule

@@ -1,4 +1,4 @@
-"""Hypothesis fuzzing of the ten properties (docs/design.md) beyond the checker's bounds.
+"""Hypothesis fuzzing of the thirteen properties (docs/design.md) beyond the checker's bounds.
 
 A `RuleBasedStateMachine` builds a random valid policy (0-5 fallbacks, 1-3 keys each,
 1-4 attempts, random backoff, caps, deadlines, cooldowns, rotation, context lengths,
@@ -17,13 +17,18 @@ every step) and every property holds, honest waits included.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from typing import Any
 
+import hypothesis
+import pytest
 from fallgate.fsm import Policy
-from fallgate.fsm.backoff import parse_retry_after
+from fallgate.fsm.catalogue.retry_after import parse_retry_after
 from fallgate.fsm.checker import Monitor, step
-from fallgate.fsm.outcomes import MAX_RETRY_AFTER
-from fallgate.fsm.traits import FAULT_KINDS, TRAITS
+from fallgate.fsm.core.guards import unreserved
+from fallgate.fsm.kinds import FAULT_KINDS, MAX_RETRY_AFTER, TRAITS
 from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -32,6 +37,7 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 
 FAULTS = [k.value for k in FAULT_KINDS]
@@ -43,7 +49,7 @@ seconds = st.floats(min_value=0, max_value=60, allow_nan=False).map(lambda x: ro
 
 @st.composite
 def rules(draw: Any, continue_streams: bool) -> dict[str, dict[str, bool]]:
-    """Any rules the traits table allows for each kind (fsm.traits: one row per kind)."""
+    """Any rules the traits table allows for each kind (fsm.kinds: one row per kind)."""
     out: dict[str, dict[str, bool]] = {}
     for kind in FAULT_KINDS:
         if not draw(st.booleans()):
@@ -60,8 +66,8 @@ def rules(draw: Any, continue_streams: bool) -> dict[str, dict[str, bool]]:
 
 
 @st.composite
-def policies(draw: Any) -> Policy:
-    n = draw(st.integers(1, 6))
+def policies(draw: Any, fewest: int = 1) -> Policy:
+    n = draw(st.integers(fewest, 6))
     targets = []
     for i in range(n):
         same = i > 0 and draw(st.integers(0, 9)) == 0  # sometimes a duplicate chain entry
@@ -78,6 +84,7 @@ def policies(draw: Any) -> Policy:
         targets.append(t)
     initial = draw(seconds)
     cont = draw(st.booleans())
+    attempt = draw(st.sampled_from([0.5, 1, 5, 30, 60]))
     return Policy.from_dict(
         {
             "targets": targets,
@@ -92,6 +99,9 @@ def policies(draw: Any) -> Policy:
             },
             "retry_after_cap": draw(seconds),
             "deadline": draw(st.floats(min_value=0.5, max_value=300)),
+            "attempt_timeout": attempt,
+            # the reserve keeps at least one attempt (property 11 is about one attempt)
+            "reserve": draw(st.sampled_from(["one_attempt", attempt, attempt * 2])),
             "prefer_waiting": draw(st.booleans()),
             "continue_streams": cont,
             "cooldown": {
@@ -134,6 +144,12 @@ class TurnsOnOneHealthStore(RuleBasedStateMachine):
         if kind == "stream_interrupted":
             args["partial"] = "Hello, wor"
         self.feed(step(kind, **args))
+
+    @precondition(lambda self: self.m.allowed() == "outcome")
+    @rule()
+    def silent(self) -> None:
+        """No answer: a transport fault after the attempt's whole timeout."""
+        self.feed(step("transport", silent=True))
 
     @precondition(lambda self: self.m.allowed() == "outcome")
     @rule()
@@ -218,6 +234,52 @@ class RawPathologicalRetryAfter(TurnsOnOneHealthStore):
             v for r in targets.values() for f, v in r.items() if f in ("until", "since", "lease")
         ]
         assert all(math.isfinite(t) for t in [*times, *creds.values()]), (targets, creds)
+
+
+class WithoutTheReserve(TurnsOnOneHealthStore):
+    """The engine with the time reserve removed (`fsm.core.guards.unreserved`)."""
+
+    @initialize(policy=policies(fewest=2))
+    def build(self, policy: Policy) -> None:
+        self.m = Monitor(policy, guards=unreserved())
+        self.policy = policy
+        self.feed(step("start"))
+
+
+_THIS_TEST = "test_the_fuzzer_finds_a_silent_primary_spending_the_deadline_without_the_reserve"
+
+
+@pytest.mark.slow  # a fuzzing run long enough to find it
+def test_the_fuzzer_finds_a_silent_primary_spending_the_deadline_without_the_reserve():
+    """Mutation proof: with the reserve guard removed the fuzzer breaks property 11 (a
+    stay on a silent target spends the time its eligible fallback needed). The
+    derandomized search runs in an interpreter of its own, so that what earlier tests
+    left in this process cannot steer it off its path."""
+    if os.environ.get("FALLGATE_FUZZ_CHILD") != "1":
+        me = f"{__file__}::{_THIS_TEST}"
+        child = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", me],
+            env={**os.environ, "FALLGATE_FUZZ_CHILD": "1"},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert child.returncode == 0, child.stdout[-4000:] + child.stderr[-2000:]
+        return
+    settings = hypothesis.settings(
+        max_examples=600, stateful_step_count=12, deadline=None, database=None, derandomize=True,
+        phases=[hypothesis.Phase.generate], suppress_health_check=list(hypothesis.HealthCheck),
+    )  # fmt: skip
+    with pytest.raises(BaseException) as e:
+        run_state_machine_as_test(WithoutTheReserve, settings=settings)
+    assert "clock_never_closes_gate" in _messages(e.value), e.value
+
+
+def _messages(e: BaseException) -> str:
+    """Every message in `e` and the exceptions it groups (Hypothesis may wrap the one
+    found)."""
+    inner = getattr(e, "exceptions", ())
+    return "\n".join([str(e), *(_messages(x) for x in inner)])
 
 
 TestTurnsOnOneHealthStore = TurnsOnOneHealthStore.TestCase

@@ -1,4 +1,4 @@
-"""The adaptive limit on attempts in flight (`providers.admission`).
+"""The adaptive limit on attempts in flight (`providers.openai.http.admission`).
 
 A starved client (timers firing late) halves the attempts it lets out at once, each
 success raises the limit by one, and once it no longer binds it is lifted. Attempts
@@ -20,9 +20,9 @@ import time
 
 import pytest
 from fallgate.providers import AsyncFallgate, Fallgate
-from fallgate.providers.admission import MIN_LIMIT, Admission, AsyncAdmission, _Limit
-from fallgate.providers.bounds import AttemptBound, AttemptTimeout
-from fallgate.providers.fault_server import FaultServer
+from fallgate.providers.openai.http.admission import MIN_LIMIT, Admission, AsyncAdmission, _Limit
+from fallgate.providers.openai.http.bounds import AttemptBound, AttemptTimeout
+from fallgate.providers.testing.fault_server import FaultServer
 
 from helpers import chain
 
@@ -141,6 +141,24 @@ def test_threaded_attempts_over_the_limit_wait_for_a_slot():
     with pytest.raises(AttemptTimeout) as caught:
         adm.admit(AttemptBound(5.0, 1024), 0.05)
     assert caught.value.unsent
+
+
+def test_a_threaded_slot_held_for_a_block_counts_as_answered_only_when_the_block_ends_well():
+    """`Admission.admitted` (the sync client's slot): released when the block ends, and
+    an attempt that raised never raises the limit; one that got no slot holds none."""
+    adm = Admission()
+    adm._state.limit, adm._state.peak = 10, 20  # engaged
+    with adm.admitted(AttemptBound(5.0, 1024), 10.0):
+        assert adm._state.in_flight == 1
+    assert (adm._state.in_flight, adm.limit) == (0, 11)  # answered: one more
+    with pytest.raises(RuntimeError), adm.admitted(AttemptBound(5.0, 1024), 10.0):
+        raise RuntimeError("connection reset")
+    assert (adm._state.in_flight, adm.limit) == (0, 11)  # not answered: no rise
+    adm._state.limit = 1
+    adm.admit(AttemptBound(5.0, 1024), 10.0)
+    with pytest.raises(AttemptTimeout), adm.admitted(AttemptBound(5.0, 1024), 0.05):
+        pytest.fail("admitted without a slot")
+    assert adm._state.in_flight == 1  # the slot of the first only
 
 
 def test_a_blocked_event_loop_engages_the_limit_and_every_turn_is_still_answered(

@@ -1,4 +1,4 @@
-"""providers.classify: what the real openai SDK raises, over real HTTP, becomes an Outcome.
+"""providers.openai.exceptions: what the real openai SDK raises, over real HTTP, becomes an Outcome.
 
 One test (at least) per row of the outcome table in docs/design.md. Every exception here
 is produced by the real SDK talking to the fault server on loopback, except
@@ -17,16 +17,16 @@ import openai
 import pytest
 from fallgate.fsm import OutcomeKind
 from fallgate.fsm.errors import MissingCredential
-from fallgate.providers import transport
-from fallgate.providers.classify import (
+from fallgate.providers.openai.exceptions import (
     ClientUnavailable,
     MalformedReply,
     StreamInterrupted,
     classify_openai,
     scrub,
 )
-from fallgate.providers.fault_server import FaultServer
-from fallgate.providers.pools import shared_ssl_context
+from fallgate.providers.openai.http import transport
+from fallgate.providers.openai.http.pools import shared_ssl_context
+from fallgate.providers.testing.fault_server import FaultServer
 
 MSG = [{"role": "user", "content": "hi"}]
 KEY = "sk-test-0123456789abcdef"
@@ -196,7 +196,13 @@ ROWS = [
         400,
     ),
     ("422", status(422), OutcomeKind.BAD_REQUEST, 422),
-    ("other 4xx (418)", status(418), OutcomeKind.BAD_REQUEST, 418),
+    ("other 4xx (417)", status(417), OutcomeKind.BAD_REQUEST, 417),
+    # statuses that are no malformed request (they were bad_request: no fallback)
+    ("418 (a proxy or bot filter)", status(418), OutcomeKind.NOT_FOUND, 418),
+    ("451 (unavailable for legal reasons)", status(451), OutcomeKind.NOT_FOUND, 451),
+    ("420 (enhance your calm)", status(420), OutcomeKind.RATE_LIMITED, 420),
+    ("425 (too early)", status(425), OutcomeKind.OVERLOADED, 425),
+    ("499 (client closed request)", status(499), OutcomeKind.TRANSPORT, 499),
 ]
 
 

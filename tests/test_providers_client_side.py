@@ -22,9 +22,11 @@ import types
 
 import openai
 import pytest
-from fallgate.fsm import HealthStore, OutcomeKind, fleet
+from fallgate.fsm import HealthStore, OutcomeKind
+from fallgate.fsm.health import records as fleet
 from fallgate.providers import AsyncFallgate, Fallgate
-from fallgate.providers.bounds import (
+from fallgate.providers.openai.exceptions import classifier_for
+from fallgate.providers.openai.http.bounds import (
     STARVED_AFTER,
     STARVED_SHARE,
     AttemptBound,
@@ -34,9 +36,8 @@ from fallgate.providers.bounds import (
     bounded,
     starved,
 )
-from fallgate.providers.classify import classifier_for
-from fallgate.providers.fault_server import FaultServer
-from fallgate.providers.transport import http as httpx
+from fallgate.providers.openai.http.transport import http as httpx
+from fallgate.providers.testing.fault_server import FaultServer
 
 from helpers import chain
 
@@ -217,14 +218,24 @@ def test_a_timeout_that_fired_late_because_the_event_loop_was_blocked_is_the_cli
 
 def test_a_timeout_that_fired_on_time_is_still_the_targets(fault_server: FaultServer):
     """The same turn with the loop free: the timer fires on time, the target held the
-    request past it, and with the budget empty the turn fails without a retry."""
+    request past it, and with the budget empty there is no retry: the refusal trips the
+    breaker (the target's fault, no fallback), the turn waits for its verdict and makes
+    a first attempt, the probe, which the target answers. The budget stays empty."""
     fault_server.script({"models": {"a": [{"kind": "timeout", "seconds": 5}, {"kind": "answer"}]}})
-    policy = chain("a", server=fault_server, attempt_timeout=0.5)
+    policy = chain("a", server=fault_server, attempt_timeout=0.5, cooldown={"initial": 0.2})
     health = _drained(policy)
     with Fallgate(policy, health=health) as gate:
-        with pytest.raises(Exception, match="retry budget of primary is empty"):
-            gate.run(messages=MSG)
-    assert len(fault_server.requests) == 1
+        result = gate.run(messages=MSG)
+    trace = list(result.trace)
+    assert [(e.event, e.action) for e in trace] == [
+        ("start", "Attempt"),
+        ("transport", "Wait"),
+        ("waited", "Attempt"),
+        ("success", "Finish"),
+    ]
+    assert trace[1].dest == "primary_cooling" and "late" not in trace[1].detail
+    assert len(fault_server.requests) == 2
+    assert health.retry_tokens(policy.targets[0].key, policy) < 1.0  # no token spent
 
 
 def test_a_timeout_on_time_while_the_process_starved_meanwhile_is_the_clients_too():

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 from fallgate.fsm import Policy, Target, instant_waits
-from fallgate.fsm.policy import KEYLESS_PLACEHOLDER, Credential
+from fallgate.fsm.policy.model import KEYLESS_PLACEHOLDER, Credential
 from fallgate.providers import AsyncFallgate, Fallgate
-from fallgate.providers.fault_server import FaultServer
-from fallgate.providers.pools import check_client, client_arguments, openai_factory
+from fallgate.providers.openai.http.pools import check_client, client_arguments, openai_factory
+from fallgate.providers.testing.fault_server import FaultServer
 
 MSG = [{"role": "user", "content": "hi"}]
 TRAP_KEY = "sk-trap-must-never-be-sent-000000"

@@ -1,4 +1,4 @@
-"""fallgate.providers.hermes without hermes-agent installed.
+"""fallgate.providers.integrations.hermes without hermes-agent installed.
 
 The real agent is exercised by tests/hermes/check_hermes.py (`make test-hermes`,
 in a venv of its own). Here: importing the module never imports hermes, and
@@ -19,8 +19,13 @@ from typing import Any
 import openai
 import pytest
 from fallgate.fsm import Policy, TurnFailed, instant_waits
-from fallgate.providers.fault_server import FaultServer
-from fallgate.providers.hermes import HermesChatClient, HermesTurnFailed, attach, detach
+from fallgate.providers.integrations.hermes import (
+    HermesChatClient,
+    HermesTurnFailed,
+    attach,
+    detach,
+)
+from fallgate.providers.testing.fault_server import FaultServer
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -81,7 +86,7 @@ def test_importing_the_module_imports_nothing_of_hermes(tmp_path: Path) -> None:
     (tmp_path / "run_agent.py").write_text("raise ImportError('run_agent imported')\n")
     code = (
         f"import sys; sys.path.insert(0, {str(tmp_path)!r}); "
-        "import fallgate.providers.hermes as h; "
+        "import fallgate.providers.integrations.hermes as h; "
         "assert not {'agent', 'run_agent', 'hermes_cli', 'tools'} & set(sys.modules); "
         "print(h.attach.__name__)"
     )

@@ -11,9 +11,10 @@ from typing import Any
 import openai
 import pytest
 from fallgate.fsm import Target, TurnFailed, instant_waits
-from fallgate.providers import AsyncFallgate, Fallgate, transport
-from fallgate.providers.fault_server import FaultServer
-from fallgate.providers.timeouts import Bound, combine
+from fallgate.providers import AsyncFallgate, Fallgate
+from fallgate.providers.openai.http import transport
+from fallgate.providers.openai.http.timeouts import Bound, combine
+from fallgate.providers.testing.fault_server import FaultServer
 
 from helpers import chain
 
@@ -135,10 +136,11 @@ def _phases(connect: float, read: float, write: float, pool: float) -> dict[str,
 TIMEOUT_FORMS: list[tuple[str, Any, dict[str, float]]] = [
     ("number", 2, _phases(2, 2, 2, 2)),
     ("openai.Timeout", openai.Timeout(5, connect=1), _phases(1, 5, 5, 5)),
-    ("per phase, some unset", openai.Timeout(None, read=3), _phases(30, 3, 30, 30)),
-    ("longer than the engine's", openai.Timeout(100), _phases(30, 30, 30, 30)),
-    ("None", None, _phases(30, 30, 30, 30)),
-    ("NOT_GIVEN", openai.NOT_GIVEN, _phases(30, 30, 30, 30)),
+    # the engine's connect phase is the policy's connect_timeout (5 s)
+    ("per phase, some unset", openai.Timeout(None, read=3), _phases(5, 3, 30, 30)),
+    ("longer than the engine's", openai.Timeout(100), _phases(5, 30, 30, 30)),
+    ("None", None, _phases(5, 30, 30, 30)),
+    ("NOT_GIVEN", openai.NOT_GIVEN, _phases(5, 30, 30, 30)),
 ]
 
 

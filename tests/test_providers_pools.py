@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from fallgate.fsm import TurnFailed, instant_waits
 from fallgate.providers import Fallgate
-from fallgate.providers.fault_server import FaultServer
+from fallgate.providers.testing.fault_server import FaultServer
 
 from helpers import chain
 
@@ -166,7 +166,7 @@ def test_turns_that_saw_the_same_client_share_one_rebuild():
     the client already rebuilt since and reuses it. A turn that saw the new generation
     fail (or a caller naming no generation) rebuilds again; one whose client answered
     another turn meanwhile does not."""
-    from fallgate.providers.pools import ClientPool, Seen, openai_factory
+    from fallgate.providers.openai.http.pools import ClientPool, Seen, openai_factory
 
     policy = chain("a", server=None)
     target, cred = policy.targets[0], policy.targets[0].pool()[0]
@@ -234,7 +234,8 @@ def test_a_timeout_while_the_target_answered_another_turn_is_a_connection_fault(
     "no retry: the retry budget of primary is empty")."""
     import asyncio
 
-    from fallgate.fsm import HealthStore, fleet
+    from fallgate.fsm import HealthStore
+    from fallgate.fsm.health import records as fleet
     from fallgate.providers import AsyncFallgate
 
     fault_server.script(

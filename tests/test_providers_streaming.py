@@ -11,7 +11,7 @@ import pytest
 from fallgate.fsm import TurnFailed, instant_waits
 from fallgate.fsm.trace import TraceEvent
 from fallgate.providers import AsyncFallgate, Fallgate
-from fallgate.providers.fault_server import FaultServer
+from fallgate.providers.testing.fault_server import FaultServer
 from openai.types.chat import ChatCompletionChunk
 
 from helpers import chain
@@ -107,16 +107,11 @@ def test_a_stream_broken_after_three_chunks_is_committed(
     assert [e.event for e in failed.trace] == ["start", "stream_interrupted"]
 
 
-def test_continuation_mode_resends_with_the_delivered_text_as_prefix(
+def test_a_broken_stream_is_resent_with_the_delivered_text_as_prefix(
     fault_server: FaultServer,
 ) -> None:
     fault_server.script({"models": {"a": [{"kind": "stream", "chunks": 2, "then": "cut"}]}})
-    policy = chain(
-        "a",
-        server=fault_server,
-        continue_streams=True,
-        rules={"stream_interrupted": {"retry": True}},
-    )
+    policy = chain({"model": "a", "assistant_prefix": True}, server=fault_server)
     with Fallgate(policy) as gate:
         chunks = list(gate.chat.completions.create(messages=MSG, stream=True))
     assert text(chunks) == "chunk-1 chunk-2 ok"

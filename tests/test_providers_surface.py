@@ -20,8 +20,8 @@ import pydantic
 import pytest
 from fallgate.fsm import TurnFailed, instant_waits
 from fallgate.providers import AsyncFallgate, Fallgate
-from fallgate.providers.fault_server import FaultServer
-from fallgate.providers.fault_server import responses as fault_responses
+from fallgate.providers.testing.fault_server import FaultServer
+from fallgate.providers.testing.fault_server import responses as fault_responses
 from openai.pagination import AsyncPage, SyncPage
 from openai.types import CreateEmbeddingResponse, Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -176,7 +176,7 @@ def failed_event_stream(model: str) -> dict[str, Any]:
     [
         {"kind": "stream", "chunks": 0, "then": "cut"},
         {"kind": "stream", "chunks": 0, "then": "error"},
-        {"kind": "stream", "chunks": 0, "then": "hang", "seconds": 5},
+        {"kind": "stream", "chunks": 0, "then": "hang", "seconds": 1},
         "response.failed",
         {"kind": "status", "status": 503},
     ],
@@ -227,8 +227,7 @@ def test_a_continued_responses_stream_resends_with_the_delivered_text_as_prefix(
     fault_server: FaultServer,
 ) -> None:
     fault_server.script({"models": {"a": [{"kind": "stream", "chunks": 2, "then": "cut"}]}})
-    rules = {"stream_interrupted": {"retry": True}}
-    policy = chain("a", server=fault_server, continue_streams=True, rules=rules)
+    policy = chain({"model": "a", "assistant_prefix": True}, server=fault_server)
     with Fallgate(policy) as gate:
         stream = gate.responses.create(input="tell me", stream=True)
         list(stream)
@@ -368,10 +367,10 @@ def test_models_list_is_the_chain_without_any_request(fault_server: FaultServer)
 @pytest.mark.parametrize(
     ("path", "what"),
     [
-        ("images", "Fallgate wraps chat.completions.create/parse, responses.create"),
-        ("chat.completions.stream", "Fallgate.chat.completions wraps create, parse, run"),
+        ("images", "Fallgate wraps chat.completions.create/parse/stream, responses.create"),
+        ("chat.completions.list", "Fallgate.chat.completions wraps create, parse, stream, run"),
         ("chat.completions.with_raw_response.list", "with_raw_response wraps create, parse;"),
-        ("responses.retrieve", "Fallgate.responses wraps create, run, with_raw_response;"),
+        ("responses.retrieve", "Fallgate.responses wraps create, stream, run, with_raw_response;"),
         ("embeddings.list", "Fallgate.embeddings wraps create, run, with_raw_response;"),
         ("models.delete", "Fallgate.models wraps list, retrieve;"),
         ("chat.audio", "Fallgate.chat wraps completions;"),

@@ -1,4 +1,4 @@
-"""providers.transport: the HTTP library under the installed openai SDK (httpx2 with
+"""providers.openai.http.transport: the HTTP library under the installed openai SDK (httpx2 with
 openai 3.x, httpx with 2.x), the clients the pools build on it, and its exceptions.
 
 Runs under both SDKs (`make test` has openai 3.x, `make test-openai2` openai 2.x).
@@ -17,9 +17,9 @@ from pathlib import Path
 import openai
 import pytest
 from fallgate.fsm import OutcomeKind, Target
-from fallgate.providers import transport
-from fallgate.providers.classify import StreamInterrupted, classify_openai
-from fallgate.providers.pools import async_openai_factory, openai_factory
+from fallgate.providers.openai.exceptions import StreamInterrupted, classify_openai
+from fallgate.providers.openai.http import transport
+from fallgate.providers.openai.http.pools import async_openai_factory, openai_factory
 
 ROOT = Path(__file__).resolve().parent.parent
 

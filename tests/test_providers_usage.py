@@ -14,8 +14,8 @@ import pydantic
 import pytest
 from fallgate.fsm import TurnFailed, instant_waits
 from fallgate.providers import AsyncFallgate, Fallgate
-from fallgate.providers.fault_server import FaultServer
-from fallgate.providers.usage import AttemptUsage, GateResult, Usage, usage_of
+from fallgate.providers.openai.usage import AttemptUsage, GateResult, Usage, usage_of
+from fallgate.providers.testing.fault_server import FaultServer
 from openai.types.chat import ChatCompletion
 
 from helpers import chain

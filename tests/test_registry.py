@@ -12,13 +12,13 @@ from typing import Any
 import openai
 import pytest
 from fallgate.fsm import OutcomeKind, Policy, PolicyError, Target, TurnFailed, instant_waits
-from fallgate.fsm.policy import Credential
-from fallgate.fsm.registry import PROVIDERS, known, markdown_table, merge, suggest
+from fallgate.fsm.catalogue.registry import PROVIDERS, known, markdown_table, merge, suggest
+from fallgate.fsm.policy.model import Credential
 from fallgate.providers import Fallgate
-from fallgate.providers.classify import classify_openai
-from fallgate.providers.fault_server import FaultServer
+from fallgate.providers.openai.exceptions import classify_openai
+from fallgate.providers.testing.fault_server import FaultServer
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+POLICY_DOC = Path(__file__).resolve().parent.parent / "docs" / "policy.md"
 MSG = [{"role": "user", "content": "hi"}]
 REQUIRED = {
     "openai",
@@ -84,10 +84,10 @@ def test_lookup_suggest_and_merge():
     assert "mine" in known({"mine": new})
 
 
-def test_the_readme_known_providers_table_is_the_registry():
-    text = README.read_text(encoding="utf-8")
+def test_the_documented_known_providers_table_is_the_registry():
+    text = POLICY_DOC.read_text(encoding="utf-8")
     start = text.index("\n## Known providers")
-    section = text[start : text.index("\n## ", start + 1)]
+    section = text[start:].split("\n## ", 2)[1]  # up to the next section, if any
     lines = section.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("| provider |"))
     table = []
@@ -96,7 +96,7 @@ def test_the_readme_known_providers_table_is_the_registry():
             break
         table.append(line)
     assert "\n".join(table) + "\n" == markdown_table(), (
-        "the README's table is stale: paste fallgate.fsm.registry.markdown_table()"
+        "docs/policy.md's table is stale: paste fallgate.fsm.catalogue.registry.markdown_table()"
     )
 
 
@@ -400,12 +400,12 @@ def test_an_error_inside_a_200_reply_is_classified_by_its_code(
     assert [e.event for e in result.trace][:2] == ["start", "rate_limited"]
 
 
-def test_the_readme_example_error_and_provider_tables_are_real():
+def test_the_documented_example_error_and_provider_tables_are_real():
     import tomllib
 
-    text = README.read_text(encoding="utf-8")
+    text = POLICY_DOC.read_text(encoding="utf-8")
     start = text.index("\n## Known providers")
-    section = text[start : text.index("\n## ", start + 1)]
+    section = text[start:].split("\n## ", 2)[1]  # up to the next section, if any
     with pytest.raises(PolicyError) as info:
         Policy.from_dict({"primary": {"provider": "opnrouter", "model": "z-ai/glm-4.7"}})
     assert str(info.value) in section

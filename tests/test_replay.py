@@ -1,4 +1,4 @@
-"""Recording turns (trace format 1) and replaying them under a policy (`fsm.replay`)."""
+"""Recording turns (trace format 1) and replaying them under a policy (`fsm.replay.player`)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 from fallgate.fsm import Policy
-from fallgate.fsm.actions import Attempt
 from fallgate.fsm.clock import VirtualClock
-from fallgate.fsm.health import HealthStore
-from fallgate.fsm.host import host_loop
-from fallgate.fsm.outcomes import Outcome, OutcomeKind
-from fallgate.fsm.policy import Target
-from fallgate.fsm.record import record_traces
-from fallgate.fsm.replay import Assume, ReplayError, replay
-from fallgate.fsm.testing import play
+from fallgate.fsm.core.actions import Attempt
+from fallgate.fsm.core.turn import Turn
+from fallgate.fsm.health.store import HealthStore
+from fallgate.fsm.host.loop import host_loop
+from fallgate.fsm.host.recorder import record_traces
+from fallgate.fsm.host.scripted import play
+from fallgate.fsm.kinds import Outcome, OutcomeKind
+from fallgate.fsm.policy.model import Target
+from fallgate.fsm.replay.player import Assume, ReplayError, replay
 from fallgate.fsm.trace import TraceError, from_jsonl, read_turns
-from fallgate.fsm.turn import Turn
 from hypothesis import given, note
 from hypothesis import strategies as st
 from test_properties_fleet import fleet_policies

@@ -1,4 +1,4 @@
-"""`fallgate replay`: the README's incident replayed (text and JSON), and one clear line
+"""`fallgate replay`: the documented incident replayed (text and JSON), and one clear line
 naming file:line for every bad input, never a traceback."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ EXAMPLE = ROOT / "examples" / "replay"
 INCIDENT = EXAMPLE / "incident.jsonl"
 WAITING = EXAMPLE / "waiting.toml"
 DEFAULT = EXAMPLE / "default.toml"
-README = ROOT / "README.md"
+REPLAY_DOC = ROOT / "docs" / "replay.md"
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str, str]:
@@ -58,12 +58,12 @@ def test_the_incident_replayed_under_its_own_policy_takes_the_recorded_path(
         assert t["replayed"]["seconds"] == pytest.approx(t["recorded"]["seconds"], abs=2e-6)
 
 
-def test_the_readme_example_is_what_the_command_prints(
+def test_the_documented_example_is_what_the_command_prints(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The README's replay table comes from the shipped recording, as its command prints it."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("## What-if replay") :]
+    """docs/replay.md's table comes from the shipped recording, as its command prints it."""
+    text = REPLAY_DOC.read_text(encoding="utf-8")
+    section = text[text.index("**Worked example.**") :]
     block = re.search(r"```text\n\$ (fallgate replay [^\n]*)\n(.*?)```", section, re.S)
     assert block is not None, "no ```text block with a $ fallgate replay command"
     monkeypatch.chdir(ROOT)

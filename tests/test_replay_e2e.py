@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fallgate.fsm import instant_waits
 from fallgate.providers import Fallgate
-from fallgate.providers.fault_server import FaultServer
+from fallgate.providers.testing.fault_server import FaultServer
 
 import fallgate
 

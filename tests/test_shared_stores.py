@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from fallgate.fsm import Policy, Target
-from fallgate.fsm.policy import Credential
-from fallgate.fsm.shared import SharedHealthStore
-from fallgate.providers.fault_server import FaultServer
+from fallgate.fsm.health.shared_store import SharedHealthStore
+from fallgate.fsm.policy.model import Credential
+from fallgate.providers.testing.fault_server import FaultServer
 
 import fallgate
 

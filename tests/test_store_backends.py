@@ -1,4 +1,4 @@
-"""The health-store backends keep the one contract of `fsm.store.Backend`: an atomic
+"""The health-store backends keep the one contract of `fsm.health.backend.Backend`: an atomic
 read-modify-write of records, expiry after a ttl, prefix deletion, a scan, and
 `StoreUnavailable` (naming the store, never its password) when they cannot be reached.
 
@@ -16,11 +16,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fallgate.fsm.health.backend import Backend, MemoryBackend, Records, StoreUnavailable
 from fallgate.fsm.redact import safe_url
-from fallgate.fsm.store import Backend, MemoryBackend, Records, StoreUnavailable
-from fallgate.providers.redis_server import RedisServer
 from fallgate.providers.stores import SQLiteBackend, open_backend
 from fallgate.providers.stores.redis import RedisBackend
+from fallgate.providers.stores.sqlite import BUSY_PAUSE
+from fallgate.providers.testing.redis_server import RedisServer
 
 Factory = Callable[[], Backend]
 
@@ -200,6 +201,7 @@ backend.close()
 """
 
 
+@pytest.mark.slow  # real worker processes
 def test_processes_sharing_the_store_lose_no_increment(shared_store) -> None:
     """N real processes x M increments through `transact` leave exactly N*M."""
     url, make = shared_store
@@ -236,7 +238,8 @@ def redis_backend(redis_server: RedisServer) -> Iterator[Callable[..., RedisBack
 
 
 def test_redis_reruns_update_on_a_conflict_with_the_fresh_records(
-    redis_server, redis_backend) -> None:
+    redis_server, redis_backend
+) -> None:
     a, b = redis_backend(), redis_backend()
     a.transact(["k"], increment("k"), ttl=60)
     b.transact(["k"], increment("k"), ttl=60)
@@ -252,7 +255,8 @@ def test_redis_reruns_update_on_a_conflict_with_the_fresh_records(
 
 
 def test_redis_a_conflict_on_every_try_gives_up_after_its_time_bound_naming_it(
-    redis_server, redis_backend) -> None:
+    redis_server, redis_backend
+) -> None:
     """Contention is bounded in time (4 command timeouts), then it is an unavailable store."""
     a, b = redis_backend(timeout=0.05), redis_backend()
     a.transact(["k"], increment("k"), ttl=60)
@@ -267,8 +271,7 @@ def test_redis_a_conflict_on_every_try_gives_up_after_its_time_bound_naming_it(
     assert 0.2 <= time.monotonic() - started < 2.0
 
 
-def test_redis_common_case_is_one_round_trip(
-    redis_server, redis_backend) -> None:
+def test_redis_common_case_is_one_round_trip(redis_server, redis_backend) -> None:
     """A client that wrote a key last updates it again with one command (the script)."""
     backend = redis_backend()
     backend.transact(["k"], increment("k"), ttl=60)
@@ -287,8 +290,7 @@ def test_redis_common_case_is_one_round_trip(
     assert count(backend, "k") == 11
 
 
-def test_redis_expiry_is_a_duration_on_the_server(
-    redis_server, redis_backend) -> None:
+def test_redis_expiry_is_a_duration_on_the_server(redis_server, redis_backend) -> None:
     import redis
 
     backend = redis_backend()
@@ -314,7 +316,8 @@ def test_redis_time_is_the_servers_whatever_this_hosts_wall_clock_says(
 
 
 def test_redis_stopped_raises_store_unavailable_then_works_after_restart(
-    redis_server, redis_backend) -> None:
+    redis_server, redis_backend
+) -> None:
     backend = redis_backend(reconnect_after=0.2)
     backend.transact(["k"], increment("k"), ttl=60)
     redis_server.stop()
@@ -333,7 +336,8 @@ def test_redis_stopped_raises_store_unavailable_then_works_after_restart(
 
 
 def test_redis_a_remembered_version_never_matches_a_newer_record_after_a_restart(
-    redis_server, redis_backend,
+    redis_server,
+    redis_backend,
 ) -> None:
     a = redis_backend()
     a.transact(["k"], increment("k"), ttl=60)  # a remembers k at its first version
@@ -345,8 +349,7 @@ def test_redis_a_remembered_version_never_matches_a_newer_record_after_a_restart
     assert records["k"] is not None and records["k"]["n"] == 41
 
 
-def test_redis_errors_name_the_url_but_never_its_password(
-    redis_server, redis_backend) -> None:
+def test_redis_errors_name_the_url_but_never_its_password(redis_server, redis_backend) -> None:
     import redis
 
     admin = redis.Redis.from_url(redis_server.url)
@@ -367,7 +370,8 @@ def test_redis_errors_name_the_url_but_never_its_password(
 
 
 def test_redis_unreachable_answers_at_once_until_it_is_time_to_reconnect(
-    redis_server, redis_backend) -> None:
+    redis_server, redis_backend
+) -> None:
     backend = redis_backend(reconnect_after=30)
     redis_server.stop()
     with pytest.raises(StoreUnavailable, match=r"Connection refused|connecting"):
@@ -385,12 +389,19 @@ def test_sqlite_a_lock_held_past_the_busy_timeout_is_store_unavailable(tmp_path:
 
     path = tmp_path / "health.db"
     backend = SQLiteBackend(path, busy_timeout=0.1)
+    backend.transact(["k"], lambda r, now: {}, ttl=60)  # opened (lazily) and prepared
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     with pytest.raises(StoreUnavailable, match=f"^sqlite:///{path}: database is locked"):
         backend.transact(["k"], increment("k"), ttl=60)
     holder.execute("ROLLBACK")
     holder.close()
+    # for BUSY_PAUSE after a lock outlived busy_timeout, calls fail at once, not waiting
+    start = time.monotonic()
+    with pytest.raises(StoreUnavailable, match=r"database is locked \(not asked again"):
+        backend.transact(["k"], increment("k"), ttl=60)
+    assert time.monotonic() - start < 0.05
+    time.sleep(BUSY_PAUSE)
     backend.transact(["k"], increment("k"), ttl=60)
     assert count(backend, "k") == 1
 
@@ -429,10 +440,16 @@ def test_sqlite_opening_waits_for_a_lock_held_briefly_by_another_process(
     backend.close()
 
 
-def test_sqlite_a_file_in_a_missing_folder_is_refused_naming_it(tmp_path: Path) -> None:
+def test_sqlite_a_file_in_a_missing_folder_is_refused_on_first_use_naming_it(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "no-such-folder" / "health.db"
+    backend = SQLiteBackend(path)  # opens lazily: a process with this store still starts
     with pytest.raises(StoreUnavailable, match=f"sqlite:///{path}: cannot open"):
-        SQLiteBackend(path)
+        backend.transact(["k"], increment("k"), ttl=60)
+    path.parent.mkdir()
+    backend.transact(["k"], increment("k"), ttl=60)  # the folder is there now: it opens
+    assert count(backend, "k") == 1
 
 
 def test_sqlite_uses_wal_so_a_reader_is_not_blocked_by_a_writer(tmp_path: Path) -> None:

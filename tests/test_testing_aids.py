@@ -8,26 +8,27 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-import fallgate.fsm.testing
-import fallgate.providers.fault_server
-import fallgate.providers.redis_server
+import fallgate.fsm.clock
+import fallgate.fsm.host.scripted
 import fallgate.providers.testing
+import fallgate.providers.testing.fault_server
+import fallgate.providers.testing.redis_server
 import openai
 import pytest
 from fallgate.fsm import Policy
-from fallgate.providers.testing import FakeClock, FaultServer, Played, load_script, play
+from fallgate.providers.testing import FaultServer, Played, VirtualClock, load_script, play
 
 AIDS = {
-    "FaultServer": fallgate.providers.fault_server,
-    "Script": fallgate.providers.fault_server,
-    "ScriptError": fallgate.providers.fault_server,
-    "load_script": fallgate.providers.fault_server,
-    "FakeClock": fallgate.fsm.testing,
-    "Played": fallgate.fsm.testing,
-    "ScriptExhausted": fallgate.fsm.testing,
-    "play": fallgate.fsm.testing,
-    "RedisServer": fallgate.providers.redis_server,
-    "RedisServerMissing": fallgate.providers.redis_server,
+    "FaultServer": fallgate.providers.testing.fault_server,
+    "Script": fallgate.providers.testing.fault_server,
+    "ScriptError": fallgate.providers.testing.fault_server,
+    "load_script": fallgate.providers.testing.fault_server,
+    "Played": fallgate.fsm.host.scripted,
+    "ScriptExhausted": fallgate.fsm.host.scripted,
+    "play": fallgate.fsm.host.scripted,
+    "RedisServer": fallgate.providers.testing.redis_server,
+    "RedisServerMissing": fallgate.providers.testing.redis_server,
+    "VirtualClock": fallgate.fsm.clock,
 }
 
 
@@ -42,7 +43,7 @@ def test_the_testing_module_exports_exactly_the_aids() -> None:
 
 def test_the_installed_pytest_plugin_is_the_testing_plugin() -> None:
     [plugin] = [e for e in entry_points(group="pytest11") if e.name == "fallgate"]
-    assert plugin.value == "fallgate.providers.testing_plugin"
+    assert plugin.value == "fallgate.providers.testing.plugin"
     assert callable(plugin.load().fault_server)
 
 
@@ -67,7 +68,7 @@ def test_the_aids_play_a_script_file_and_an_outcome_sequence(tmp_path: Path) -> 
             "fallback_providers": [{"provider": "openai", "model": "b", "api_key": "sk-b"}],
         }
     )
-    played = play(policy, ["rate_limited:30", "success"], clock=FakeClock())
+    played = play(policy, ["rate_limited:30", "success"], clock=VirtualClock())
     assert isinstance(played, Played)
     assert played.models == ["a", "b"]
     assert played.state == "done"
@@ -78,8 +79,8 @@ def test_the_plugin_and_a_valid_script_load_neither_openai_nor_the_core(tmp_path
     path = tmp_path / "ok.toml"
     path.write_text('[default]\nkind = "answer"\n')
     code = (
-        "import sys; import fallgate.providers.testing_plugin as p; "
-        "import fallgate.providers.fault_server as f; f.load_script(sys.argv[1]); "
+        "import sys; import fallgate.providers.testing.plugin as p; "
+        "import fallgate.providers.testing.fault_server as f; f.load_script(sys.argv[1]); "
         "print(sorted(m for m in ('openai', 'fsm') if m in sys.modules))"
     )
     out = subprocess.run(
@@ -106,3 +107,12 @@ def test_a_bad_scripted_outcome_is_named_with_its_position(
     with pytest.raises(error) as caught:
         play(policy, outcomes)
     assert says in str(caught.value)
+
+
+def test_the_virtual_clock_has_one_name() -> None:
+    """`FakeClock` (an alias of `VirtualClock`) is gone: one clock, one name."""
+    import fallgate.testing
+
+    for module in (fallgate.testing, fallgate.providers.testing, fallgate.fsm.host.scripted):
+        assert not hasattr(module, "FakeClock"), module.__name__
+    assert fallgate.testing.VirtualClock is fallgate.VirtualClock

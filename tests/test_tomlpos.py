@@ -1,11 +1,11 @@
-"""`fsm.tomlpos.toml_line`: the line of a key path in TOML text, for error messages."""
+"""`fsm.policy.tomlpos.toml_line`: the line of a key path in TOML text, for error messages."""
 
 from __future__ import annotations
 
 import tomllib
 
 import pytest
-from fallgate.fsm.tomlpos import split_path, toml_line
+from fallgate.fsm.policy.tomlpos import split_path, toml_line
 
 POLICY = """\
 max_attempts = 3

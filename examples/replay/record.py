@@ -1,4 +1,4 @@
-"""Record the incident of the README's replay example as examples/replay/incident.jsonl.
+"""Record the incident of docs/replay.md's worked example as examples/replay/incident.jsonl.
 
 Starts the fault server on 127.0.0.1:8931 and runs two turns through fallgate with the
 real `openai` SDK under waiting.toml (``prefer_waiting = true``), recording both:

@@ -2,7 +2,7 @@
 
 The checker does not model the machine: it drives the real executor (`fsm.Turn`,
 the same guards and effects users run, or `TransitionsTurn`) breadth-first over
-every reachable configuration of a bounded policy, and checks ten properties on
+every reachable configuration of a bounded policy, and checks thirteen properties on
 every transition with its own bookkeeping (it does not ask the engine whether the
 engine is right). A violation comes with a shortest event sequence that breaks it,
 as steps that `replay` feeds to a fresh turn.
@@ -20,7 +20,7 @@ from its start for a few events.
 Modules: `search` (the breadth-first search), `initial` (the starting health),
 `alphabet` (the events fed), `configuration` (when two configurations are the same,
 and how to copy one), `oracle` (the checker's own reading of the rules), `record`
-(one transition as the properties see it), `properties` (the ten properties, one
+(one transition as the properties see it), `properties` (the thirteen properties, one
 pure function each), `graph` (termination and the fallback gate over the whole
 graph), `steps` (counterexamples and `replay`), `report`, `monitor` (the same
 checks along one run, for fuzzing), `context` (what is fixed for a whole check).

@@ -16,12 +16,13 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..actions import Action, Attempt, Fail, Rebuild, Wait
-from ..policy import Credential
-from ..state import TurnState, Visit
+from ..core.actions import Action, Attempt, Fail, Rebuild, Wait
+from ..core.state import TurnState
+from ..core.visit import Visit
+from ..policy.model import Credential
 
 if TYPE_CHECKING:
-    from .search import Live
+    from .configuration import Live
     from .steps import Step
 
 

@@ -11,8 +11,9 @@ from typing import Final
 
 import attrs
 
-from ..machine import Declaration
-from ..policy import Credential, Policy, Secret
+from ..core.guards import VERDICT_WAITS
+from ..core.machine import Declaration
+from ..policy.model import Credential, Policy, Secret
 
 #: The prefix of the literal key every credential holds during a check.
 CANARY: Final = "sk-live-CHECK"
@@ -22,7 +23,7 @@ TargetKey = tuple[str, str]
 
 def default_policy() -> Policy:
     """The default policy (primary + 3 fallbacks, 2 keys each, 3 attempts)."""
-    from ..defaults import default_policy as _default
+    from ..policy.defaults import default_policy as _default
 
     return _default()
 
@@ -61,9 +62,10 @@ class Bounds:
     @classmethod
     def of(cls, p: Policy) -> Bounds:
         """Attempts per target: max_attempts, plus one per extra key (a rotation is an
-        attempt), plus one after a transport recovery."""
+        attempt), plus one after a transport recovery, plus one after each wait for the
+        breaker's verdict."""
         per = tuple(
-            p.max_attempts + (len(t.pool()) - 1) + (1 if p.recover_transport else 0)
+            p.max_attempts + (len(t.pool()) - 1) + (1 if p.recover_transport else 0) + VERDICT_WAITS
             for t in p.targets
         )
         cap = p.retry_after_cap

@@ -8,12 +8,24 @@ for good (the turn starts further down the chain, or a target has no eligible
 fallback left), everything cooling, and each target the soonest free (not the first).
 A cooling target has its breaker open: once its span is over it is half-open, and the
 turn's attempt on it is a probe.
+
+With pacing on, also the headroom the providers' replies spoke of (`fsm.checker.pacing`),
+seen between the primary and its first fallback (the targets after those cooling for
+good): every key of the primary out of headroom until a reset within the Retry-After
+cap, and until one beyond the search; every key
+of every target out of it beyond the search (the turn fails at once, saying which limit);
+every key of the primary with one request of headroom (each attempt reserves it; a grant
+may be refused for it), and each target's, the other targets cooling for good (so that
+a refusal there has no fallback left: the turn waits for a key's reset). With
+`max_cooling=0`, only every key of every target out of headroom for good.
 """
 
 from __future__ import annotations
 
-from ..policy import Policy
+from ..policy.model import Policy
+from ..policy.targets import Target
 from .context import Bounds
+from .pacing import NO_HEADROOM, brief_reset
 from .steps import COOL_CREDENTIAL, COOL_TARGET, Step, step
 
 
@@ -72,4 +84,43 @@ def initial_configurations(
                     for t in targets
                 )
             )
+    if policy.pacing:
+        configs += paced_configurations(policy, short, b.large, max_cooling)
     return list(dict.fromkeys(configs))
+
+
+def paced_configurations(
+    policy: Policy, short: float, large: float, max_cooling: int = 1
+) -> list[tuple[Step, ...]]:
+    """The headroom setups of a policy with pacing on (see the module's docstring); with
+    `max_cooling` 0, only every key out of headroom for good (as every target cooling)."""
+
+    def said(
+        targets: list[Target], left: int, seconds: float, keys: int = 1000
+    ) -> tuple[Step, ...]:
+        return tuple(
+            step(NO_HEADROOM, target=t.name, credential=c.id, left=left, seconds=seconds)
+            for t in targets
+            for c in t.pool()[:keys]
+        )
+
+    first, every = [policy.targets[0]], list(policy.targets)
+
+    def cool(ts: list[Target]) -> tuple[Step, ...]:
+        return tuple(step(COOL_TARGET, target=t.name, seconds=large) for t in ts)
+
+    # the primary and its first fallback (the ones after it cooling for good: what pacing
+    # adds to the chain is seen between two targets)
+    # resets `brief` away: before the turn's first backoff ends (the waits for them are
+    # seen, and the rest of the turn merges with the turns that had no headroom to read)
+    brief = brief_reset(policy, short)
+    if max_cooling < 1:
+        return [said(every, 0, large)]
+    rest = cool(every[2:])
+    configs = [said(first, 0, brief) + rest, said(first, 0, large) + rest]
+    if len(every) > 1:
+        configs.append(said(every, 0, large))
+    configs.append(said(first, 1, brief, 1) + rest)
+    if len(every) > 1:  # the last target alone with a request of headroom
+        configs.append(cool(every[:-1]) + said(every[-1:], 1, brief, 1))
+    return configs

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..actions import Rebuild, Wait
-from ..machine import TERMINALS
-from ..policy import Policy
-from ..testing import FakeClock
-from ..turn import _TurnBase
+from ..clock import VirtualClock
+from ..core.actions import Rebuild, Wait
+from ..core.machine import TERMINALS
+from ..core.turn import TurnBase
+from ..policy.model import Policy
+from .configuration import Live
 from .oracle import Obs
-from .record import Facts
-from .search import Checker, Live
+from .search import Checker
 from .steps import ADVANCE, START_TIME, Step, step
+from .transition import Facts
 
 
 class Monitor(Checker):
@@ -26,13 +27,13 @@ class Monitor(Checker):
 
     def __init__(self, policy: Policy, **kw: Any) -> None:
         super().__init__(policy, abstract_time=False, **kw)
-        self.clock = FakeClock(START_TIME)
+        self.clock = VirtualClock(START_TIME)
         self.health = self.health_factory()
         self.steps: list[Step] = []
         self.live = {0: Live(self._new_turn(self.health, self.clock), self.clock, Obs(self.n, 1))}
 
     @property
-    def turn(self) -> _TurnBase:
+    def turn(self) -> TurnBase:
         return self.live[0].turn
 
     @property

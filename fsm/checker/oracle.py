@@ -1,7 +1,7 @@
 """The checker's oracle: its own record of a turn and its own reading of the rules.
 
 Deliberately independent of the engine: nothing here calls the guards or helpers
-of `fsm.turn` or reads the turn's counters. It is a second, simpler implementation
+of `fsm.core.turn` or reads the turn's counters. It is a second, simpler implementation
 of the same rules (which targets are eligible, when a target is ready, which
 outcomes fall back, what a turn has tried, banned and been told to wait for),
 written from the rules rather than from the engine, so that a bug in the engine's
@@ -16,11 +16,13 @@ import math
 from collections.abc import Mapping
 from typing import Final
 
-from ..actions import Action, Attempt, Wait
-from ..health import HealthStore
-from ..machine import DENIED, REBUILD_FAILED, START
-from ..outcomes import Outcome, OutcomeKind
+from ..core.actions import Action, Attempt, Rebuild, Wait
+from ..core.machine import DENIED, REBUILD_FAILED, START
+from ..core.state import MIN_ATTEMPT
+from ..health.store import HealthStore
+from ..kinds import Outcome, OutcomeKind
 from .context import Context
+from .pacing import said_empty_until
 
 # enum members as plain names: a member lookup on the class costs more than the check
 _CANCELLED: Final = OutcomeKind.CANCELLED
@@ -42,8 +44,10 @@ class Obs:
 
     __slots__ = (
         "attempts",
+        "backed",
         "banned",
         "committed",
+        "cover",
         "cred",
         "cur",
         "events",
@@ -53,12 +57,16 @@ class Obs:
         "last",
         "nb",
         "nwait",
+        "opened",
         "rot",
+        "silent",
         "since_wait",
+        "started",
         "tnb",
         "total",
         "tried",
         "turn",
+        "waited",
         "waits",
     )
 
@@ -66,7 +74,12 @@ class Obs:
         self.turn = turn  # which turn on this health store (1 = the first)
         self.events = 0  # events fed in this turn
         self.tried: tuple[int, ...] = ()  # targets attempted, in order
-        self.nwait = (0,) * n  # waits before a retry, per target
+        # per target: waits, their seconds, and those while a fallback was eligible (what
+        # the time abstraction assumes of them: `timing.note_wait`)
+        self.nwait = (0,) * n
+        self.waited = (0.0,) * n
+        self.backed = (0.0,) * n
+        self.opened = (0,) * n  # its breaker's openings when the turn first called it
         self.cur = -1  # the target of the last attempt (-1: none yet)
         self.cred: str | None = None  # the credential of the last attempt
         self.attempts = (0,) * n  # attempts per target
@@ -82,6 +95,11 @@ class Obs:
         self.last: Outcome | None = None  # the outcome of the attempt in flight
         self.since_wait = False  # a wait came after that outcome
         self.expect = -1  # the target a turn-start wait is for
+        self.started = 0.0  # when the turn started (the clock at `start`)
+        # fallbacks that were eligible, with one whole attempt's time left, when the turn
+        # chose to stay on its current target (cleared when it leaves it)
+        self.cover: tuple[int, ...] = ()
+        self.silent = -1  # the target that did not answer an attempt (-1: none yet)
 
     def copy(self) -> Obs:
         o = Obs.__new__(Obs)
@@ -89,6 +107,9 @@ class Obs:
         o.events = self.events
         o.tried = self.tried
         o.nwait = self.nwait
+        o.waited = self.waited
+        o.backed = self.backed
+        o.opened = self.opened
         o.cur = self.cur
         o.cred = self.cred
         o.attempts = self.attempts
@@ -104,6 +125,9 @@ class Obs:
         o.last = self.last
         o.since_wait = self.since_wait
         o.expect = self.expect
+        o.started = self.started
+        o.cover = self.cover
+        o.silent = self.silent
         return o
 
     def counted(self) -> Obs:
@@ -124,6 +148,8 @@ def observe(
     health: HealthStore,
     now: float,
     ti: int,
+    late: bool = False,
+    silent: bool = False,
 ) -> tuple[Obs, Obs]:
     """What one transition tells the checker: `known`, everything the engine had been
     told when it chose `action` (the outcome's bans, Retry-After times, context floor,
@@ -133,7 +159,15 @@ def observe(
     Straight-line on purpose: this runs once per transition of the search."""
     o = before.copy()
     o.events += 1
+    if trigger == DENIED:  # the store refused the attempt: it was not made with that key
+        o.cred = None
     cur, cred = o.cur, o.cred
+    if trigger == START:
+        o.started = now
+    elif late:  # the host overran a wait or a rebuild: no stay's worst case holds
+        o.cover = ()
+    if silent and o.silent < 0:
+        o.silent = cur
     if outcome is not None and kind is not None and kind is not _CANCELLED:
         o.last = outcome
         o.since_wait = False
@@ -164,13 +198,29 @@ def observe(
                 counts = list(o.nwait)
                 counts[cur] += 1
                 o.nwait = tuple(counts)
+                secs = list(o.waited)
+                secs[cur] += w
+                o.waited = tuple(secs)
+                if eligible(ctx, o, health, now, cur):
+                    secs = list(o.backed)
+                    secs[cur] += w
+                    o.backed = tuple(secs)
         o.since_wait = True
         if trigger == START and ti >= 0 and first_ready(ctx, health, now) < 0:
             o.expect = ti
+    if (
+        cur >= 0
+        and o.committed is None
+        and (kind is not None and kind is not _SUCCESS and kind is not _CANCELLED)
+        and stays(action, cur)
+    ):
+        o.cover = stay_cover(ctx, o, health, now, cur)
     if not isinstance(action, Attempt):
         return o, o
     a = o.copy()
     j = action.target.index
+    if j != cur:
+        a.cover = ()
     c = action.credential.id
     if j == cur and cred is not None and c != cred and not o.since_wait:
         counts = list(a.rot)
@@ -182,6 +232,10 @@ def observe(
     a.total += 1
     if j not in a.tried:
         a.tried = (*a.tried, j)
+        opens = health.record(ctx.keys[j]).get("opens", 0)
+        counts = list(a.opened)
+        counts[j] = int(opens) if isinstance(opens, int | float) else 1 << 20
+        a.opened = tuple(counts)
     a.cur = j
     a.cred = c
     a.since_wait = False
@@ -189,13 +243,37 @@ def observe(
     return o, a
 
 
-def ready_at(ctx: Context, h: HealthStore, j: int) -> float:
-    """When target `j` can next be called: its own cooldown, or its soonest free key."""
+def stays(action: Action, cur: int) -> bool:
+    """Whether the turn's answer to an outcome on target `cur` keeps it there: a wait
+    (a backoff, a Retry-After), a rebuild, or another attempt on it (a rotation)."""
+    if isinstance(action, Attempt):
+        return action.target.index == cur
+    return isinstance(action, Wait | Rebuild)
+
+
+def stay_cover(ctx: Context, o: Obs, h: HealthStore, now: float, cur: int) -> tuple[int, ...]:
+    """The cover of a stay on `cur`: what it had, plus every fallback eligible now with
+    time left for one whole attempt on it (`Policy.attempt_bound`)."""
+    left = ctx.policy.deadline - (now - o.started)
+    targets = ctx.policy.targets
+    fresh = [
+        j for j in eligible(ctx, o, h, now, cur) if ctx.policy.attempt_bound(targets[j]) <= left
+    ]
+    return tuple(sorted({*o.cover, *fresh}))
+
+
+def ready_at(ctx: Context, h: HealthStore, j: int, now: float) -> float:
+    """When target `j` can next be called: its own cooldown, or its soonest free key (with
+    pacing, a key its provider said has no requests left is not free until the reset it
+    named: `pacing.said_empty_until`)."""
     key = ctx.keys[j]
     pool = ctx.pools[j]
-    soonest = h.credential_until(key, pool[0].health_id)
-    for c in pool[1:]:
+    paced = ctx.policy.pacing and h.room
+    soonest = math.inf
+    for c in pool:
         u = h.credential_until(key, c.health_id)
+        if paced:
+            u = max(u, said_empty_until(h.headroom(key, c.health_id), now))
         if u < soonest:
             soonest = u
     return max(h.target_until(key), soonest)
@@ -204,17 +282,23 @@ def ready_at(ctx: Context, h: HealthStore, j: int) -> float:
 def first_ready(ctx: Context, h: HealthStore, now: float) -> int:
     """The first target in chain order not cooling at `now` (-1: all are)."""
     for j in range(ctx.n):
-        if ready_at(ctx, h, j) <= now:
+        if ready_at(ctx, h, j, now) <= now:
             return j
     return -1
 
 
-def eligible(ctx: Context, o: Obs, h: HealthStore, now: float, cur: int) -> list[int]:
+def eligible(
+    ctx: Context, o: Obs, h: HealthStore, now: float, cur: int, timed: bool = True
+) -> list[int]:
     """Fallbacks that could be entered now, best first: untried (nor an identical
     entry), not cooling, and not known to be too short for a context that overflowed.
     Later targets in chain order; after an overflow, those of unknown context_length
     last: in chain order from the target that overflowed first, and (from a target of
-    known length) including ones earlier in the chain than the current target."""
+    known length) including ones earlier in the chain than the current target. None
+    once the deadline has passed (no time left for an attempt: `MIN_ATTEMPT`), unless
+    `timed` is False (eligible for any reason but time)."""
+    if timed and now - o.started + MIN_ATTEMPT > ctx.policy.deadline:
+        return []
     targets = ctx.policy.targets
     tried = o.tried
     floor = o.floor
@@ -227,7 +311,7 @@ def eligible(ctx: Context, o: Obs, h: HealthStore, now: float, cur: int) -> list
     for j in range(ctx.n):
         if j in tried or not ctx.twins[j].isdisjoint(tried):
             continue
-        if ready_at(ctx, h, j) > now:
+        if ready_at(ctx, h, j, now) > now:
             continue
         length = targets[j].context_length
         if floor is not None and length is None:

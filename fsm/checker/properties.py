@@ -1,4 +1,4 @@
-"""The ten properties, as pure functions over one transition.
+"""The thirteen properties, as pure functions over one transition.
 
 The search fires an event, checks the transition is one the declaration has
 (`declaration_equals_execution`), lets the oracle record what the turn learnt, and
@@ -15,17 +15,28 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from ..actions import Action, Attempt, Fail, Finish, Rebuild, Wait
-from ..machine import DENIED, DONE, FAILED, REBUILD_FAILED, START, TERMINALS
-from ..outcomes import OutcomeKind
+from ..core.actions import Action, Attempt, Fail, Finish, Rebuild, Wait
+from ..core.machine import (
+    DENIED,
+    DONE,
+    FAILED,
+    REBUILD_FAILED,
+    REBUILT,
+    START,
+    TERMINALS,
+    WAITED,
+)
+from ..core.turn import ProtocolError, TurnState
+from ..kinds import CREDENTIAL_KINDS, OutcomeKind
 from ..trace import TraceEvent
-from ..turn import ProtocolError, TurnState
-from .configuration import EPS, PER_TURN_SLOTS
+from .configuration import PER_TURN_SLOTS
 from .context import Context
 from .oracle import Obs, eligible, falls_back, first_ready, went_back_allowed
-from .record import Finding, TransitionRecord
+from .pacing_properties import no_call_on_an_empty_key, reservations_released
+from .timing import EPS
+from .transition import Finding, TransitionRecord
 
-#: The ten properties, in order (the names used in JSON output).
+#: The thirteen properties, in order (the names used in JSON output).
 PROPERTIES: Final = (
     "fallback_gate",
     "termination",
@@ -37,10 +48,12 @@ PROPERTIES: Final = (
     "committed_streams_not_replayed",
     "secrets_never_leak",
     "declaration_equals_execution",
+    "clock_never_closes_gate",
+    "no_call_on_an_empty_key",
+    "reservations_released",
 )
 
-#: Outcomes that are a credential's fault (a rotation may follow them).
-CRED_LEVEL: Final = (OutcomeKind.RATE_LIMITED, OutcomeKind.QUOTA, OutcomeKind.AUTH)
+CRED_LEVEL: Final = CREDENTIAL_KINDS  #: a credential's fault (a rotation may follow them)
 
 # enum members as plain names: a member lookup on the class costs more than the check
 _SUCCESS: Final = OutcomeKind.SUCCESS
@@ -52,7 +65,8 @@ _RATE_LIMITED: Final = OutcomeKind.RATE_LIMITED
 
 def fallback_gate(rec: TransitionRecord) -> Finding | None:
     """A fallback-triggering outcome may not end the turn, nor be slept on (a 429 unless
-    the policy prefers waiting), while an eligible fallback exists; a fallback goes to
+    the policy prefers waiting; a grant the store refused, with pacing one refused for
+    headroom), while an eligible fallback exists; a fallback goes to
     the first eligible target, and only on an outcome whose rule says so. A failed turn
     gives a reason for every target."""
     ctx, action, known = rec.ctx, rec.action, rec.known
@@ -77,6 +91,14 @@ def fallback_gate(rec: TransitionRecord) -> Finding | None:
                 )
         return None
     if isinstance(action, Wait):
+        if rec.trigger == DENIED and known.committed is None and cur >= 0:
+            el = eligible(ctx, known, rec.health, rec.now, cur)
+            if el:  # a refused grant moves on (with pacing: a key without headroom)
+                return Finding(
+                    "fallback_gate",
+                    f"waited {action.seconds:g} s after the store refused {names[cur]} "
+                    f"although {names[el[0]]} was eligible now",
+                )
         policy = ctx.policy
         kind = rec.kind
         if (
@@ -96,7 +118,7 @@ def fallback_gate(rec: TransitionRecord) -> Finding | None:
         return None
     if isinstance(action, Attempt):
         j = action.target.index
-        if cur >= 0 and j != cur:
+        if cur >= 0 and j != cur and known.committed is None:  # a continuation: property 8
             name = names[j]
             if not falls_back(ctx, rec.trigger, rec.kind):
                 return Finding(
@@ -110,6 +132,38 @@ def fallback_gate(rec: TransitionRecord) -> Finding | None:
                     "fallback_gate", f"fell back to {name}; the first eligible fallback was {first}"
                 )
     return None
+
+
+# -- 11. the clock never closes the gate ----------------------------------------------------------
+
+
+def clock_never_closes_gate(rec: TransitionRecord) -> Finding | None:
+    """Time belongs to the chain: a turn that chose to stay on a target (a retry, a wait,
+    a rebuild, a rotation) while a fallback was eligible with time left for one whole
+    attempt on it does not end failed on a fallback outcome (or a host's on-time
+    reply) without having asked that fallback. Attempts take time in the model (a
+    silent one its whole bound), so a stay that spends the fallback's time shows."""
+    if not isinstance(rec.action, Fail) or rec.dest != FAILED:
+        return None
+    known = rec.known
+    if not known.cover or known.committed is not None:
+        return None
+    trigger = rec.trigger
+    if not (falls_back(rec.ctx, trigger, rec.kind) or trigger in (WAITED, REBUILT)):
+        return None
+    # ... and still eligible but for the time (an overflow may have ruled one out since)
+    untimed = eligible(rec.ctx, known, rec.health, rec.now, known.cur, timed=False)
+    missing = [j for j in known.cover if j in untimed]
+    if not missing:
+        return None
+    names = rec.ctx.names
+    left = rec.ctx.policy.deadline - (rec.now - known.started)
+    return Finding(
+        "clock_never_closes_gate",
+        f"the turn stayed on {names[known.cur]} while {names[missing[0]]} was eligible with "
+        f"time for a whole attempt, then ended `failed` on {trigger} ({max(left, 0.0):g} s "
+        f"of the {rec.ctx.policy.deadline:g} s deadline left) without asking {names[missing[0]]}",
+    )
 
 
 # -- 2. termination -------------------------------------------------------------------------------
@@ -364,8 +418,10 @@ def clean_next_turn(new: TurnState, fresh: TurnState, previous: TurnState) -> Fi
 
 
 def committed_streams_not_replayed(rec: TransitionRecord) -> Finding | None:
-    """Once a stream delivered output, no other call may replay it (only a continuation
-    on the same target, when the policy allows one), and a failure carries that output."""
+    """A committed stream is never replayed: it is continued or failed. Once a stream
+    delivered output, every further call continues it (its delivered text as the
+    prefix) on a target that takes one: the target it broke on, or the first eligible
+    one after the current target that can; and a failure carries that output."""
     committed = rec.known.committed
     if committed is None:
         return None
@@ -378,14 +434,35 @@ def committed_streams_not_replayed(rec: TransitionRecord) -> Finding | None:
             )
         return None
     if isinstance(action, Attempt):
-        policy = rec.ctx.policy
-        rule = policy.rule(OutcomeKind.STREAM_INTERRUPTED)
-        if not (policy.continue_streams and rule.retry and action.target.index == rec.known.cur):
+        ctx, known = rec.ctx, rec.known
+        policy = ctx.policy
+        j, cur = action.target.index, known.cur
+        name = ctx.names[j]
+        if not (policy.continues and action.target.continues):
             return Finding(
                 "committed_streams_not_replayed",
-                f"called {rec.ctx.names[action.target.index]} after a stream had delivered "
-                "output (a replay)",
+                f"called {name} after a stream had delivered output (a replay: it cannot "
+                "continue the stream)",
             )
+        if action.prefix != committed:
+            return Finding(
+                "committed_streams_not_replayed",
+                f"called {name} after a stream had delivered output without that output "
+                "as its prefix (a replay)",
+            )
+        if j != cur:
+            able = [
+                k
+                for k in eligible(ctx, known, rec.health, rec.now, cur)
+                if k > cur and policy.targets[k].continues
+            ]
+            if not able or min(able) != j:
+                first = ctx.names[min(able)] if able else "none"
+                return Finding(
+                    "committed_streams_not_replayed",
+                    f"continued the stream on {name}; the first eligible target that can "
+                    f"continue it was {first}",
+                )
     return None
 
 
@@ -486,6 +563,8 @@ CHECKS: Final[tuple[Callable[[TransitionRecord], Finding | None], ...]] = (
     clean_turn_start,
     committed_streams_not_replayed,
     secrets_never_leak,
+    clock_never_closes_gate,
+    reservations_released,
 )
 
 #: ... and, when the action is an `Attempt`, these too (they judge nothing else).
@@ -494,6 +573,7 @@ ON_ATTEMPT: Final[tuple[Callable[[TransitionRecord], Finding | None], ...]] = (
     termination,
     no_ping_pong,
     non_retryable_not_retried,
+    no_call_on_an_empty_key,
 )
 
 

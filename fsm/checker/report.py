@@ -4,15 +4,19 @@ and the figures of the search (as text for people, as JSON for tools)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..machine import Transition
-from ..policy import Policy
+from ..core.machine import Transition
+from ..policy.model import Policy
 from .context import Bounds
+from .pacing import NO_HEADROOM
 from .properties import PROPERTIES
 from .steps import COOL_CREDENTIAL, COOL_TARGET, Step, format_steps, steps_to_json
+
+if TYPE_CHECKING:
+    from .untaken import Untaken
 
 
 def _count(n: int, noun: str, plural: str | None = None) -> str:
@@ -30,8 +34,9 @@ class Violation:
 
     @property
     def length(self) -> int:
-        """Events fed to the machine (setup steps that cool targets are not counted)."""
-        return sum(1 for t, _ in self.steps if t not in (COOL_TARGET, COOL_CREDENTIAL))
+        """Events fed to the machine (setup steps that cool targets or say a key's headroom
+        are not counted)."""
+        return sum(1 for t, _ in self.steps if t not in (COOL_TARGET, COOL_CREDENTIAL, NO_HEADROOM))
 
     def python(self) -> str:
         return format_steps(self.steps)
@@ -59,6 +64,8 @@ class CheckReport:
     complete: bool
     bounds: Bounds
     audit: KeyAuditResult = KeyAuditResult()
+    # `unreachable` as findings: why each was not taken (fsm.checker.untaken)
+    untaken: tuple[Untaken, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -80,6 +87,7 @@ class CheckReport:
             "seconds": round(self.seconds, 3),
             "properties": props,
             "unreachable": list(self.unreachable),
+            "untaken": [u.to_json() for u in self.untaken],
             "key_audit": {"checked": self.audit.checked, "finding": self.audit.finding},
         }
 
@@ -120,7 +128,22 @@ class CheckReport:
         else:
             lines.append(f"KEY UNSOUND: {a.finding}")
             lines.append(f"          reached by: {format_steps(a.steps)}")
-        if self.unreachable:
+        if self.untaken:
+            kinds: dict[str, list[Untaken]] = {}
+            for u in self.untaken:
+                kinds.setdefault(u.finding, []).append(u)
+            counts = ", ".join(
+                _count(len(v), k, k if k.endswith("s") else None) for k, v in kinds.items()
+            )
+            lines.append(f"declared but never taken ({len(self.untaken)}: {counts}):")
+            for k, us in kinds.items():
+                whys: dict[str, list[str]] = {}
+                for u in us:
+                    whys.setdefault(u.why, []).append(u.short or u.edge)
+                for why, edges in whys.items():
+                    lines.append(f"  {k}: {why}:")
+                    lines.append(f"    {', '.join(edges)}")
+        elif self.unreachable:
             lines.append(f"declared but never taken ({len(self.unreachable)}):")
             lines += [f"  {u}" for u in self.unreachable]
         else:

@@ -9,36 +9,41 @@ first violation of a property found is a shortest event sequence that breaks it.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-import attrs
-
-from ..actions import Attempt, Rebuild, Wait
-from ..guards import Effect, Guard
-from ..health import HealthStore
-from ..machine import CANCELLED, DENIED, REBUILT, START, TERMINALS, WAITED, Declaration, declare
-from ..policy import Policy
-from ..testing import FakeClock
-from ..turn import ProtocolError, TransitionsTurn, Turn, TurnState, _TurnBase
+from ..clock import VirtualClock
+from ..core.actions import Attempt, Rebuild, Wait
+from ..core.guards import Effect, Guard
+from ..core.machine import (
+    DENIED,
+    TERMINALS,
+    Declaration,
+    declare,
+)
+from ..core.turn import ProtocolError, TransitionsTurn, Turn, TurnBase, TurnState
+from ..health.store import HealthStore
+from ..policy.model import Policy
 from .alphabet import alphabet
+from .analyses import gate_chains, longest_runs
 from .audit import KeyAudit, summary_of
 from .configuration import (
-    EPS,
+    Live,
+    class_slots,
     copy_health,
     copy_state,
     health_slots,
+    is_leaf,
+    keep_behind,
     key,
-    streak_saturation,
-    wait_maxima,
 )
 from .context import Bounds, Context, with_canaries
-from .graph import gate_chains, longest_runs
 from .initial import initial_configurations
 from .oracle import Obs, observe
+from .pacing import needs_grant, refusals
+from .progress import Progress
 from .properties import (
     CHECKS,
     ON_ATTEMPT,
@@ -50,37 +55,46 @@ from .properties import (
     engine_rejected,
     still_running,
 )
-from .record import Facts, Finding, TransitionRecord, health_changes
-from .report import CheckReport, KeyAuditResult, Violation, describe
+from .report import CheckReport, KeyAuditResult, Violation
 from .steps import (
     KINDS,
+    LATE,
     NEXT_TURN,
+    SILENT,
     START_TIME,
     Executor,
     Replay,
     Step,
-    host_time,
+    event_time,
     outcome_for,
     step,
     worst_jitter,
 )
+from .timing import note_wait, time_abstraction
+from .transition import Facts, Finding, TransitionRecord, health_changes
+from .untaken import untaken
 
 DENIED_STEP: Final = step(DENIED)
 
 
-class Live:
-    """An unexpanded configuration: a running turn, its clock, the checker's record."""
-
-    __slots__ = ("clock", "obs", "turn")
-
-    def __init__(self, turn: _TurnBase, clock: FakeClock, obs: Obs) -> None:
-        self.turn = turn
-        self.clock = clock
-        self.obs = obs
-
-
 class Checker:
     """Breadth-first exploration of one policy's machine; see `check_policy`."""
+
+    # the time abstraction, set by `timing.time_abstraction`
+    sat: int
+    start_max: float
+    step_max: float
+    inexact: bool
+    backoffs: float
+    visit_cooling: list[float]
+    cooling_anywhere: bool
+    attempt_rest: list[float]
+    silent_time: list[float]
+    silent_rest: list[float]
+    reserve_slack: float
+    horizon: float
+    bounds: Bounds
+    long: float
 
     def __init__(
         self,
@@ -98,10 +112,13 @@ class Checker:
         record: bool = False,
         abstract_time: bool = True,
         follow_events: int = 2,
+        reduce: bool = True,
         audit_budget: int = 200,
+        progress: Progress | None = None,
     ) -> None:
         self._args = dict(
             audit_budget=audit_budget,
+            progress=progress,
             policy=policy,
             declaration=declaration,
             guards=guards,
@@ -114,8 +131,11 @@ class Checker:
             max_states=max_states,
             record=record,
             follow_events=follow_events,
+            reduce=reduce,
         )
         self.follow_events = follow_events
+        self.reduce = reduce  # the reductions of `configuration.key` (False: a test's)
+        self.progress = progress
         self.policy = p = with_canaries(policy)
         if callable(declaration):
             declaration = declaration(p)
@@ -135,14 +155,27 @@ class Checker:
         self.names = [t.name for t in p.targets]
         self.sizes = {t.key: len(t.pool()) for t in p.targets}
         self.taken: set[tuple[str, str, str]] = set()
-        self._time_abstraction(Bounds.of(p))
+        self.entered: dict[str, int] = {}  # state -> the first turn that entered it
+        time_abstraction(self, Bounds.of(p))
+        # what a comparison with the deadline may add to elapsed (`timing.bands`)
+        bound = {p.attempt_bound(t) for t in p.targets} | {p.attempt_timeout}
+        self.band_adds = sorted(bound | {p.reserve_for(t) for t in p.targets} | {0.0})
+        self.band_memo: dict[tuple[int, float], tuple[list[float], list[float], float]] = {}
         # Retry tokens from this many up are one value: more than a turn can spend on one
         # target (every attempt but its first is a retry), and the next turn's first one.
         self.tokens = (p.retry_budget.size, float(max(self.bounds.per_target) + 1))
         self.window = p.breaker.window
         self.ctx = Context.of(p, self.decl, self.bounds)
         self.alphabet = alphabet(p, self.bounds)
-        self.hk_targets, self.hk_creds = health_slots(p)
+        self.hk_targets, self.hk_creds = ts, cs = health_slots(p)
+        self.hk_sizes = [len(t) + len(c) for t, c in zip(ts, cs, strict=True)]
+        # per chain position: where each target's entries are in `hk_targets` (twins share)
+        self.hk_at = [
+            {j: ahead.index(t.key) for j, t in enumerate(p.targets) if t.key in ahead}
+            for ahead in self.hk_targets
+        ]
+        self.keep_behind = keep_behind(p)
+        self.class_slots = class_slots(p)
         # the graph
         self.ids: dict[Any, int] = {}
         self.parent: list[int] = []
@@ -157,28 +190,8 @@ class Checker:
         self.edge_log: dict[tuple[Any, Step], tuple[Any, tuple[Any, ...]]] = {}
         self.audit = KeyAudit(audit_budget, self._feed_copy, self._clone)
 
-    def _time_abstraction(self, bounds: Bounds) -> None:
-        """The horizon of the whole search and the waits a correct engine can ask for;
-        "large" Retry-After values are put beyond the horizon."""
-        p = self.policy
-        self.sat = streak_saturation(p)
-        self.start_max, self.step_max = wait_maxima(p, bounds, self.sat)
-        self.inexact = False  # an engine waited longer than the abstraction assumes
-        per = bounds.per_target
-        waits_per_target = p.max_attempts - 1
-        self.rest_time = [
-            (self.n - j) * waits_per_target * self.step_max + sum(per[j:]) * self.attempt_seconds
-            for j in range(self.n)
-        ]
-        # No run of the whole search lasts longer than this; a cooldown with more left than
-        # this never ends within it ("long"), and "large" Retry-After values are beyond it.
-        self.horizon = float(math.ceil(self.turns * (self.start_max + self.rest_time[0]) + 1))
-        large = max(bounds.large, 10 * self.horizon if self.abstract_time else 0)
-        self.bounds = attrs.evolve(bounds, large=large)
-        self.long = self.horizon if self.abstract_time else math.inf
-
     # -- turns --------------------------------------------------------------------------------
-    def _new_turn(self, health: HealthStore, clock: FakeClock) -> _TurnBase:
+    def _new_turn(self, health: HealthStore, clock: VirtualClock) -> TurnBase:
         if self.custom:
             return Turn(
                 self.policy,
@@ -194,17 +207,17 @@ class Checker:
     def _clone(self, live: Live) -> Live:
         """A copy of a configuration to feed one more event to (the record is shared:
         it is never changed, only replaced)."""
-        clock = FakeClock(live.clock.t)
+        clock = VirtualClock(live.clock.t)
         old = live.turn
         health = copy_health(old.s.health)
         s = copy_state(old.s, health, clock)
         if isinstance(old, TransitionsTurn):
-            from ..turn import _Model
+            from ..core.turn import TransitionsModel
 
-            t: _TurnBase = object.__new__(TransitionsTurn)
+            t: TurnBase = object.__new__(TransitionsTurn)
             t.__dict__.update(old.__dict__)
             t.s = s
-            model = _Model(s)
+            model = TransitionsModel(s)
             t._model = model  # type: ignore[attr-defined]
             with t._lock:  # type: ignore[attr-defined]
                 t._machine.add_model(model, initial=s.state)  # type: ignore[attr-defined]
@@ -226,7 +239,12 @@ class Checker:
         found = self.ids.get(k)
         if found is not None:
             rep = self.live.get(found)
-            if rep is not None and rep is not live and self.audit.wants():
+            if (
+                rep is not None
+                and rep is not live
+                and self.audit.wants()
+                and not is_leaf(self, live.obs)
+            ):
                 events = self._events_of(self.kind[found][0])
                 self.audit.judge(rep, live, events, found)
             return found
@@ -265,10 +283,7 @@ class Checker:
         trigger = ev[0]
         outcome = self.alphabet.outcomes.get(ev)
         a = child.turn.s.action
-        if trigger in (WAITED, REBUILT):
-            child.clock.advance(host_time(self.policy, a, trigger, ev[1]))
-        elif outcome is not None and trigger != CANCELLED and self.attempt_seconds:
-            child.clock.advance(self.attempt_seconds)
+        child.clock.advance(event_time(self.policy, a, trigger, ev[1], self.attempt_seconds))
         try:
             action = child.turn.fire(trigger, outcome)
             return summary_of(child.turn.s.state, action)
@@ -308,7 +323,7 @@ class Checker:
         queue: deque[int] = deque()
         inits = self.initial_configurations()
         for setup in inits:
-            r = Replay(self.policy, health=self.health_factory(), clock=FakeClock(START_TIME))
+            r = Replay(self.policy, health=self.health_factory(), clock=VirtualClock(START_TIME))
             for st in setup:
                 r.feed(st)
             turn = self._new_turn(r.health, r.clock)
@@ -318,13 +333,18 @@ class Checker:
             if len(self.parent) > before:
                 self.setup[nid] = setup
                 queue.append(nid)
+        progress = self.progress
         while queue:
             nid = queue.popleft()
             live = self.live.pop(nid)
             queue.extend(self._expand(nid, live))
+            if progress is not None:
+                progress.tick(len(self.parent), self.transitions, len(queue))
             if len(self.parent) > self.max_states:
                 self.complete = False
                 break
+            if self.inexact and self.abstract_time:
+                break  # its findings are the exact search's to make (below): stop here
         for live in self.live.values():
             self._release(live)
         self.live.clear()
@@ -333,10 +353,8 @@ class Checker:
         if self.complete:
             self._whole_graph()
         seconds = time.perf_counter() - t0
-        unreachable = tuple(
-            describe(t, self.policy)
-            for t in self.decl.edges()
-            if (t.source, t.trigger, t.dest) not in self.taken
+        found = untaken(
+            self.policy, self.decl.edges(), self.taken, self.entered, self.follow_events
         )
         return CheckReport(
             self.policy,
@@ -344,7 +362,7 @@ class Checker:
             self.transitions,
             seconds,
             dict(sorted(self.violations.items(), key=lambda kv: PROPERTIES.index(kv[0]))),
-            unreachable,
+            tuple(u.edge for u in found),
             len(inits),
             self.turns,
             self.complete,
@@ -354,6 +372,7 @@ class Checker:
                 self.audit.finding,
                 self.path(self.audit.where) if self.audit.where >= 0 else (),
             ),
+            found,
         )
 
     def _whole_graph(self) -> None:
@@ -395,7 +414,7 @@ class Checker:
             return []
         if kind != "T":
             o = live.obs
-            if o.turn > 1 and o.events >= self.follow_events:
+            if is_leaf(self, o):
                 self._release(live)  # a next turn is checked from its start, this far
                 return []
             f = still_running(self.ctx, o)
@@ -404,15 +423,17 @@ class Checker:
                 self._release(live)
                 return []
         h = live.turn.s.health
-        refused: Live | None = None
+        refused: dict[Step, Live] = {}
         if kind == "A":
+            if 0 <= live.obs.silent != self.kind[nid][1]:
+                events = ab.on_attempt_loud  # another target of this turn was the silent one
             events, refused = self._granted(live, events)
         pre: Facts = h.facts()
         new: list[int] = []
         last = len(events) - 1
         for i, ev in enumerate(events):
-            if ev == DENIED_STEP and refused is not None:
-                child = refused
+            if ev in refused:
+                child = refused[ev]
             else:
                 child = live if i == last else self._clone(live)
             self.transitions += 1
@@ -426,30 +447,33 @@ class Checker:
                 new.append(cid)
             else:
                 self._release(child)
-        if refused is not None and refused is not live and events[-1] == DENIED_STEP:
+        if events and refused.get(events[-1], live) is not live:
             self._release(live)  # granted: every outcome went to a copy, `denied` to `refused`
         return new
 
     def _granted(
         self, live: Live, events: tuple[Step, ...]
-    ) -> tuple[tuple[Step, ...], Live | None]:
+    ) -> tuple[tuple[Step, ...], dict[Step, Live]]:
         """As the host does before making an attempt that needs it: ask the health store's
-        grant (the probe lease, a retry token). Refused, the only event is `denied`.
-        Granted, `denied` is explored too, from the store as it was before the grant
-        (returned): a turn of another process may have taken the lease or the last
-        token first, which one turn's store cannot show."""
+        grant (the probe lease, a retry token, the key's headroom). Refused, the only
+        event is `denied`. Granted, `denied` is explored too, from the store as it was
+        before the grant (`pacing.refusals`): a turn of another process may have taken
+        the lease, the last token or the key's last request first, which one turn's store
+        cannot show."""
         s = live.turn.s
         a = s.action
-        if not isinstance(a, Attempt) or not (a.probe or a.retry):
-            return events, None
-        other = self._clone(live)
-        other.turn.s.denial = "refused by the health store (another turn came first)"
+        if not isinstance(a, Attempt):
+            return events, {}
+        denials = refusals(self._clone, live, a, self.alphabet.on_headroom)
+        if not denials and not needs_grant(s.health, s, a):
+            return events, {}
         why = s.health.grant(s, a)
         if why is None:
-            return (*events, DENIED_STEP), other
-        self._release(other)
+            return (*events, *denials), denials
+        for d in denials.values():
+            self._release(d)
         s.denial = why
-        return (DENIED_STEP,), live
+        return (DENIED_STEP,), {DENIED_STEP: live}
 
     # -- one transition, checked --------------------------------------------------------------
     def _fire(self, nid: int, child: Live, ev: Step, pre: Facts) -> bool:
@@ -468,10 +492,7 @@ class Checker:
             outcome = known_outcomes[ev]
         else:  # a monitor may feed any Retry-After
             outcome = outcome_for(trigger, dict(ev[1]))
-        if trigger in (WAITED, REBUILT):
-            clock.advance(host_time(self.policy, s.action, trigger, ev[1]))
-        elif outcome is not None and trigger != CANCELLED and self.attempt_seconds:
-            clock.advance(self.attempt_seconds)
+        clock.advance(event_time(self.policy, s.action, trigger, ev[1], self.attempt_seconds))
         n_trace = len(s.trace)
         record_key = key(self, child) if self.record else None
         try:
@@ -488,6 +509,7 @@ class Checker:
         if bad is None:
             te = made[0]
             self.taken.add((te.source, te.event, te.dest))
+            self.entered.setdefault(te.dest, before.turn)
             bad = ends_as_declared(s.state, action)
         if bad is not None:
             child.obs = before.counted()
@@ -502,7 +524,11 @@ class Checker:
         kind = KINDS.get(trigger)
         h = s.health
         at = s.visit.index
-        known, after = observe(self.ctx, before, trigger, kind, outcome, action, h, now, at)
+        flags = ev[1]
+        late, silent = (LATE, True) in flags, (SILENT, True) in flags
+        known, after = observe(
+            self.ctx, before, trigger, kind, outcome, action, h, now, at, late, silent
+        )
         changes = health_changes(pre, h)
         # built as a plain tuple (no Python-level __new__): this runs once per transition
         rec = tuple.__new__(TransitionRecord, (
@@ -511,36 +537,20 @@ class Checker:
         ))  # fmt: skip
         child.obs = after
         if isinstance(action, Wait):
-            self._note_wait(rec)
+            note_wait(self, rec)
         for check in ON_ATTEMPT if isinstance(action, Attempt) else CHECKS:
             f = check(rec)
             if f is not None:
                 self._broken(f.prop, f.why, nid, ev)
         return True
 
-    def _note_wait(self, rec: TransitionRecord) -> None:
-        """A wait longer than the time abstraction assumes a correct engine asks for (or
-        more waits on one target) makes the search rerun with exact time."""
-        a = rec.action
-        if not isinstance(a, Wait):
-            return
-        w = a.seconds
-        if not (math.isfinite(w) and w >= 0):
-            return
-        cur = rec.before.cur
-        if rec.trigger == START:
-            if w > self.start_max + EPS:
-                self.inexact = True
-        elif cur >= 0:
-            if w > self.step_max + EPS or rec.after.nwait[cur] >= self.policy.max_attempts:
-                self.inexact = True
-
     def _next_turn(self, nid: int, child: Live, ev: Step) -> bool:
         """A next turn on the same health store and clock, checked against a brand-new
         turn's state."""
         old = child.turn.s
         turn = self._new_turn(old.health, child.clock)
-        fresh = TurnState(self.policy, HealthStore(), FakeClock(child.clock.t), worst_jitter, None)
+        clock = VirtualClock(child.clock.t)
+        fresh = TurnState(self.policy, HealthStore(), clock, worst_jitter, None)
         fresh.decl = turn.s.decl
         f = clean_next_turn(turn.s, fresh, old)
         if f is not None:
@@ -563,14 +573,16 @@ def check_policy(
     max_cooling: int = 1,
     attempt_seconds: float = 0.0,
     max_states: int = 400_000,
+    progress: Progress | None = None,
 ) -> CheckReport:
-    """Explore every reachable configuration of `policy` and check the ten properties.
+    """Explore every reachable configuration of `policy` and check the thirteen properties.
 
     `declaration` (or a function of the policy returning one), `guards` and
     `effects` replace the machine's own, to show the checker failing on broken
     machines; `health_factory` may build a broken health store. `turns` bounds
     how many consecutive turns share one health store; `max_cooling` how many
-    targets are cooling in an initial configuration.
+    targets are cooling in an initial configuration. `progress` is told how far the
+    search got as it goes (`fallgate check` prints it on stderr past 2 s).
     """
     return Checker(
         policy,
@@ -583,4 +595,5 @@ def check_policy(
         max_cooling=max_cooling,
         attempt_seconds=attempt_seconds,
         max_states=max_states,
+        progress=progress,
     ).run()

@@ -11,14 +11,15 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from ..actions import Action, Attempt, Wait
-from ..guards import Effect, Guard
-from ..health import HealthStore
-from ..machine import CANCELLED, DENIED, REBUILT, WAITED, Declaration
-from ..outcomes import Outcome, OutcomeKind
-from ..policy import Policy, Target
-from ..testing import FakeClock
-from ..turn import Turn, _TurnBase
+from ..clock import VirtualClock
+from ..core.actions import Action, Attempt, Wait
+from ..core.guards import Effect, Guard
+from ..core.machine import CANCELLED, DENIED, REBUILT, WAITED, Declaration
+from ..core.turn import Turn, TurnBase
+from ..health.store import HealthStore
+from ..kinds import TRAITS, Outcome, OutcomeKind
+from ..policy.model import Policy, Target
+from .pacing import HEADROOM, NO_HEADROOM, needs_grant, tell, took_last
 
 #: Host-side steps of a counterexample besides the machine's triggers.
 NEXT_TURN: Final = "next_turn"
@@ -31,19 +32,9 @@ START_TIME: Final = 1000.0
 
 Args = tuple[tuple[str, Any], ...]
 Step = tuple[str, Args]
-Executor = type[_TurnBase]
+Executor = type[TurnBase]
 
 KINDS: Final = {k.value: k for k in OutcomeKind}
-_STATUS: Final = {
-    OutcomeKind.RATE_LIMITED: 429,
-    OutcomeKind.QUOTA: 429,
-    OutcomeKind.OVERLOADED: 503,
-    OutcomeKind.AUTH: 401,
-    OutcomeKind.NOT_FOUND: 404,
-    OutcomeKind.CONTEXT_TOO_LONG: 400,
-    OutcomeKind.CONTENT_FILTERED: 400,
-    OutcomeKind.BAD_REQUEST: 400,
-}
 
 
 def step(trigger: str, **args: Any) -> Step:
@@ -74,7 +65,7 @@ def outcome_for(trigger: str, args: Mapping[str, Any]) -> Outcome | None:
         return Outcome(kind, status=200, value="answer")
     if kind is OutcomeKind.CANCELLED:
         return Outcome(kind, detail="cancelled")
-    status = _STATUS.get(kind)
+    status = TRAITS[kind].sample_status
     return Outcome(
         kind,
         status=status,
@@ -88,6 +79,9 @@ def outcome_for(trigger: str, args: Mapping[str, Any]) -> Outcome | None:
 #: The host's reply to a Wait or a Rebuild that overran the turn's deadline (a late
 #: wake-up, a slow rebuild): it comes a whole deadline later.
 LATE: Final = "late"
+#: An outcome step's flag: the attempt took its whole bound (`Attempt.timeout`), a
+#: target that accepted the request and never answered (``transport``, silent=True).
+SILENT: Final = "silent"
 
 
 def host_time(
@@ -104,6 +98,24 @@ def host_time(
     return seconds
 
 
+def event_time(
+    policy: Policy,
+    action: object,
+    trigger: str,
+    args: Args | Mapping[str, Any],
+    attempt_seconds: float = 0.0,
+) -> float:
+    """How far the clock moves before an event is fed: a host reply's `host_time`; an
+    outcome's attempt takes `attempt_seconds`, a silent one its whole timeout."""
+    if trigger in (WAITED, REBUILT):
+        return host_time(policy, action, trigger, args)
+    if trigger not in KINDS or trigger == CANCELLED:
+        return 0.0
+    if isinstance(action, Attempt) and dict(args).get(SILENT):
+        return action.timeout
+    return attempt_seconds
+
+
 def worst_jitter() -> float:
     """The random source of every checked turn: full jitter, so waits are the longest."""
     return 1.0
@@ -117,7 +129,7 @@ class Replay:
         policy: Policy,
         *,
         health: HealthStore | None = None,
-        clock: FakeClock | None = None,
+        clock: VirtualClock | None = None,
         attempt_seconds: float = 0.0,
         executor: Executor = Turn,
         declaration: Declaration | None = None,
@@ -126,17 +138,17 @@ class Replay:
     ) -> None:
         self.policy = policy
         self.health = health if health is not None else HealthStore()
-        self.clock = clock if clock is not None else FakeClock(START_TIME)
+        self.clock = clock if clock is not None else VirtualClock(START_TIME)
         self.attempt_seconds = attempt_seconds
         self.executor = executor
         self.declaration = declaration
         self.guards = guards
         self.effects = effects
-        self.turns: list[_TurnBase] = []
+        self.turns: list[TurnBase] = []
         self._asked: Action | None = None  # the attempt whose grant was asked for
         self._refused: str | None = None
 
-    def new_turn(self) -> _TurnBase:
+    def new_turn(self) -> TurnBase:
         kw: dict[str, Any] = {}
         if self.declaration is not None or self.guards is not None or self.effects is not None:
             if self.executor is not Turn:
@@ -164,6 +176,12 @@ class Replay:
             hid = next((c.health_id for c in t.pool() if c.id == cid), cid)
             self.health.cool_credential(t.key, hid, now + float(args["seconds"]), now)
             return None
+        if trigger == NO_HEADROOM:
+            t = self._target(args["target"])
+            cid = str(args["credential"])
+            hid = next((c.health_id for c in t.pool() if c.id == cid), cid)
+            tell(self.health, t.key, hid, int(args["left"]), float(args["seconds"]), self.clock())
+            return None
         if trigger == ADVANCE:
             self.clock.advance(float(args["seconds"]))
             return None
@@ -172,22 +190,26 @@ class Replay:
             if trigger == NEXT_TURN:
                 return None
         turn = self.turns[-1]
+        a = turn.s.action
+        if trigger == DENIED and HEADROOM in args and isinstance(a, Attempt):
+            took_last(self.health, a, float(args[HEADROOM]), self.clock())
         why = self.ask_grant(turn) if trigger != CANCELLED else None
         if trigger == DENIED:
             return turn.deny(why or "refused")
         if why is not None:
             raise ValueError(f"the health store refused the attempt ({why}): feed {DENIED!r}")
-        if trigger in (WAITED, REBUILT):
-            self.clock.advance(host_time(self.policy, turn.s.action, trigger, args))
-        elif trigger in KINDS and trigger != CANCELLED and self.attempt_seconds:
-            self.clock.advance(self.attempt_seconds)
+        self.clock.advance(
+            event_time(self.policy, turn.s.action, trigger, args, self.attempt_seconds)
+        )
         return turn.fire(trigger, outcome_for(trigger, args))
 
-    def ask_grant(self, turn: _TurnBase) -> str | None:
+    def ask_grant(self, turn: TurnBase) -> str | None:
         """As a host does before making an attempt: ask the store's grant (once per
         attempt); returns why it was refused, or None."""
         a = turn.s.action
-        if not isinstance(a, Attempt) or not (a.probe or a.retry):
+        if not isinstance(a, Attempt):
+            return None
+        if not (a.probe or a.retry or needs_grant(self.health, turn.s, a)):
             return None
         if self._asked is not a:
             self._asked = a
@@ -201,7 +223,7 @@ class Replay:
         raise ValueError(f"no target named {name!r} in the policy")
 
 
-def replay(policy: Policy, steps: Iterable[Step], **kw: Any) -> list[_TurnBase]:
+def replay(policy: Policy, steps: Iterable[Step], **kw: Any) -> list[TurnBase]:
     """Feed a counterexample to fresh turns; returns the turns (the last may be running).
 
     Keyword arguments are those of `Replay` (health, clock, attempt_seconds,

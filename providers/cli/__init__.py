@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from ...fsm.printable import printable
 from .check import check_main
 from .common import FAILED, INTERRUPTED, OK, PROG, USAGE, CliError
 from .parser import build_parser
@@ -36,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except CliError as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
+        print(printable(f"{PROG}: {e}"), file=sys.stderr)
         return e.code
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

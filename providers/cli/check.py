@@ -14,13 +14,18 @@ from .common import FAILED, OK, PROG, USAGE
 from .inputs import default_policy, load_policy
 
 
-def check_main(path: str | None, as_json: bool, turns: int = 1) -> int:
+def check_main(
+    path: str | None, as_json: bool, turns: int = 1, progress_after: float | None = None
+) -> int:
     """Model-check a policy file (None: the default policy) and print the report: 0
     when every property holds, 1 when one is broken (or the search was cut short), 2
     when the policy is invalid (one line on stderr). `turns` >= 2 also explores that
-    many concurrent turns on one shared health store, every interleaving."""
+    many concurrent turns on one shared health store, every interleaving. A check that
+    runs past `progress_after` seconds (default 2) says how far it got on stderr, so
+    the report on stdout stays as it is."""
     from ...fsm.checker import check_policy
-    from ...fsm.checker.fleet import check_fleet
+    from ...fsm.checker.interleave import check_fleet
+    from ...fsm.checker.progress import AFTER, Progress
 
     try:
         policy = default_policy() if path is None else Policy.from_toml(path)
@@ -28,15 +33,25 @@ def check_main(path: str | None, as_json: bool, turns: int = 1) -> int:
         text = "; ".join(x.strip() for x in str(e).splitlines())
         print(f"{PROG} check: {text}", file=sys.stderr)
         return USAGE
-    report = check_policy(policy)
+    from ...fsm.core.reserve import reserve_warnings
+
+    def say(line: str) -> None:
+        print(f"{PROG} check: {line}", file=sys.stderr, flush=True)
+
+    after = AFTER if progress_after is None else progress_after
+    report = check_policy(policy, progress=Progress(say, after=after))
     fleet = check_fleet(policy, turns=turns) if turns >= 2 else None
+    warnings = reserve_warnings(policy)
     if as_json:
         data = report.to_json()
+        data["warnings"] = warnings
         if fleet is not None:
             data["fleet"] = fleet.to_json()
         print(json.dumps(data))
     else:
         print(f"{PROG} check: {path or 'the default policy'}")
+        for w in warnings:
+            print(f"warning: {w}")
         print(report.text())
         if fleet is not None:
             print(fleet.text())

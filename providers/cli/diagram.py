@@ -13,10 +13,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...fsm import diagram, overview
-from ...fsm.machine import declare
-from ...fsm.policy_checks import name_problem
-from ...fsm.textfile import UnreadableFile
+from ...fsm.core.machine import declare
+from ...fsm.diagram import overview
+from ...fsm.diagram import render as diagram
+from ...fsm.policy.checks import name_problem
+from ...fsm.policy.textfile import UnreadableFile
 from .common import MISSING_TOOL, OK, USAGE, CliError
 from .inputs import load_policy, load_trace, transition_lines
 
@@ -161,7 +162,7 @@ def cmd_diagram(args: argparse.Namespace) -> int:
             if fmt == "dot":
                 out = source
             else:
-                from ..gallery import graphviz, have_dot
+                from .gallery import graphviz, have_dot
 
                 if not have_dot():
                     raise CliError(graphviz_hint(fmt), MISSING_TOOL)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from ...fsm import Policy, PolicyError
-from ...fsm.textfile import UnreadableFile, read_text
+from ...fsm.policy.textfile import UnreadableFile, read_text
 from ...fsm.trace import TraceError, TraceEvent, from_jsonl, read_turns
 from .common import USAGE, CliError
 
@@ -28,7 +28,7 @@ def default_policy() -> Policy:
         policy = make()
         if isinstance(policy, Policy):
             return policy
-    from ...fsm.defaults import default_policy as builtin
+    from ...fsm.policy.defaults import default_policy as builtin
 
     return builtin()
 

@@ -12,8 +12,8 @@ from typing import NoReturn
 
 from .check import cmd_check
 from .common import EXIT_STATUS_HELP, PROG, USAGE
+from .deployment import cmd_health, cmd_providers
 from .diagram import FORMATS, cmd_diagram
-from .fleet import cmd_health, cmd_providers
 from .replay import cmd_replay
 from .serve import cmd_demo, cmd_serve
 
@@ -201,22 +201,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "check",
-        help="model-check a policy: every reachable state, the ten properties",
+        help="model-check a policy: every reachable state, every property",
         formatter_class=fmt,
         description=(
-            "Explores every reachable (state, counters) pair of POLICY's machine\n"
-            "(default: the built-in default policy) and checks ten properties on every\n"
-            "edge: the fallback gate never closes for good while a fallback is\n"
-            "eligible; every turn terminates within a bound; no ping-pong back up the\n"
-            "chain; waits are honest (capped, within the deadline, never before a\n"
-            "Retry-After); non-retryable means not retried; credential rotation is\n"
-            "bounded; a turn starts clean; a committed stream is never replayed; no\n"
-            "secret ever leaks; what executes is what is declared. Prints the states\n"
-            "explored and each property held, or the shortest outcome sequence that\n"
-            "breaks one. With --turns N (2..4) it also runs N concurrent turns on one\n"
-            "shared health store, every interleaving, and checks the fleet properties:\n"
-            "one half-open probe in flight per target, no retry beyond the retry\n"
-            "budget, no target unprobeable beyond its bound (nor lost for good).\n"
+            "Explores every reachable (state, counters, time left) configuration of\n"
+            "POLICY's machine (default: the built-in default policy) and checks the\n"
+            "checker's properties on every edge (the fallback gate never closes for\n"
+            "good, nor does the clock close it; every turn terminates; waits are\n"
+            "honest; ...). Prints the states explored and each property by name, held\n"
+            "or broken with the shortest outcome sequence that breaks it. With --turns\n"
+            "N (2..4) it also runs N concurrent turns on one shared health store, every\n"
+            "interleaving, and checks the fleet properties (one half-open probe in\n"
+            "flight per target, the retry budget, every open breaker probed in time).\n"
             "(docs/design.md states each property and how it is checked.)"
         ),
         epilog=(

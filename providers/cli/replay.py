@@ -1,7 +1,7 @@
 """`fallgate replay`: recorded turns fed to another policy, what changed reported.
 
 The command only parses ``--assume`` rules and maps the engine's errors to file:line
-messages; the replay itself is `fallgate.fsm.replay`.
+messages; the replay itself is `fallgate.fsm.replay.player`.
 """
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 
+from ...fsm.printable import printable
 from .common import OK, USAGE, CliError
 from .inputs import load_policy, read_trace_file
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from ...fsm.replay import Assume, ReplayError, replay
+    from ...fsm.replay.player import Assume, ReplayError, replay
 
     text = read_trace_file(args.trace)
     policy = load_policy(args.policy)
@@ -40,9 +41,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
+        # trace ids and model names are the recording's text: no control character reaches
+        # the terminal (an ESC sequence in one would clear it)
         print(
-            f"replayed {len(report.turns)} turns of {args.trace} under {args.policy} "
-            f"(seed {args.seed})\n"
+            printable(
+                f"replayed {len(report.turns)} turns of {args.trace} under {args.policy} "
+                f"(seed {args.seed})\n"
+            )
         )
-        print(report.text(), end="")
+        print(printable(report.text()), end="")
     return OK

@@ -19,7 +19,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"script file not found: {args.script}", USAGE)
     if script.is_dir():
         raise CliError(f"script path is a directory, not a JSON/TOML file: {args.script}", USAGE)
-    from ..fault_server import serve_main
+    from ..testing.fault_server import serve_main
 
     try:
         return int(serve_main(str(script), args.host, args.port))
@@ -30,5 +30,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    demo = importlib.import_module("fallgate.providers.demo")
+    demo = importlib.import_module("fallgate.providers.cli.demo")
     return int(demo.demo_main(as_json=args.json, out=Path(args.out), diagrams=not args.no_diagrams))

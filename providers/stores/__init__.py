@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...fsm.health.backend import Backend
 from ...fsm.redact import safe_url
-from ...fsm.store import Backend
 from .sqlite import SQLiteBackend
 
 if TYPE_CHECKING:

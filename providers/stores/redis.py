@@ -15,6 +15,18 @@ A version is the server's time and a counter (unique across restarts of a server
 without persistence, so a remembered version can never match a newer record by
 accident). A connection error raises `StoreUnavailable` naming the URL without its
 password; the next call after `reconnect_after` seconds tries again.
+
+Most turns change nothing, and nobody else changed anything since their last exchange:
+those cost no round trip. A second connection (RESP3) subscribes to the server's
+invalidations of every key under the namespace (``CLIENT TRACKING ON BCAST``); the
+records a reply brought are *fresh* until an invalidation names them, and a `transact`
+whose records are all fresh and whose `update` writes nothing is answered from them
+(the invalidations are read first, without waiting: one non-blocking read). Backends of
+one process on the same server and namespace also tell each other of their writes, so
+a write is seen at once by every later turn of its process; another host's write is
+seen once its invalidation has arrived (one network delay). A server without tracking
+(before Redis 6, some proxies) is asked every time, as is any key after the watch lost
+its connection, until the watch is back and the key has been read again.
 """
 
 from __future__ import annotations
@@ -31,8 +43,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ...fsm.health.backend import Record, Records, StoreUnavailable, Update, decode_record
 from ...fsm.redact import safe_url
-from ...fsm.store import Record, Records, StoreUnavailable, Update, decode_record
 
 #: KEYS: the records' keys, then the version counter. ARGV[1]: ttl in ms; ARGV[2..n+1]:
 #: the versions `update` read ("0" = absent); ARGV[n+2..2n+1]: what to write ("" keep,
@@ -74,6 +86,10 @@ _PAUSE_CAP = 0.02
 T = TypeVar("T")
 
 _CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+#: Writes by the backends of this process, per (server, namespace): a counter each
+#: bumps after a write and the others compare at the start of a `transact`.
+_LOCAL_WRITES: dict[tuple[str, str], int] = {}
 
 
 class RedisBackend:
@@ -118,6 +134,17 @@ class RedisBackend:
         self._cas = self._client.register_script(_CAS)
         self._lock = threading.Lock()
         self._seen: dict[str, tuple[str, Record | None]] = {}
+        # keys whose `_seen` is current (no invalidation since the reply that brought it)
+        self._fresh: set[str] = set()
+        # bumped whenever freshness may have been lost; a reply marks its keys fresh only
+        # if nothing bumped it since the command was sent
+        self._epoch = 0
+        self._url, self._namespace, self._timeout = url, namespace, timeout
+        self._local = (self.url, namespace)
+        self._local_seen = _LOCAL_WRITES.get(self._local, 0)
+        self._watch: Any = None  # the tracking connection, once set up
+        self._watch_after = 0.0  # when to try setting it up (again)
+        self._watchless = False  # the server cannot track: ask it every time
         self._offset: float | None = None
         self._down_until = 0.0
         self._reconnect_after = reconnect_after
@@ -129,6 +156,9 @@ class RedisBackend:
         keys = list(dict.fromkeys(keys))
         ttl_ms = max(1, round(ttl * 1000))
         with self._lock:
+            self._catch_up()
+            epoch = self._epoch
+            fresh = self._watch is not None and self._fresh.issuperset(keys)
             seen = {k: self._seen.get(k) for k in keys}
             offset = self._offset
         records: dict[str, Record | None] = {
@@ -149,26 +179,104 @@ class RedisBackend:
                 now = time.monotonic() + (offset or 0.0)
                 result = update(records, now)
                 writes = [_encode(result, k, records[k]) for k in keys]
+                if fresh and not any(writes):
+                    return records, now  # nothing changed since our last read, nothing to write
+                fresh = False
             reply = self._call(keys, ttl_ms, versions, writes)
             written, server_now, stored = int(reply[0]), _time(reply[1], reply[2]), reply[3:]
             offset = server_now - time.monotonic()
-            fresh = [_decode(s) for s in stored]
+            fresh_records = [_decode(s) for s in stored]
             with self._lock:
                 self._offset = offset
-                for k, f in zip(keys, fresh, strict=True):
+                for k, f in zip(keys, fresh_records, strict=True):
                     if f is None:
                         self._seen.pop(k, None)
                     else:
                         self._seen[k] = f
-            records = {k: None if f is None else f[1] for k, f in zip(keys, fresh, strict=True)}
+                if written and any(writes):
+                    self._local_seen = _LOCAL_WRITES[self._local] = (
+                        _LOCAL_WRITES.get(self._local, 0) + 1
+                    )
+                if self._epoch == epoch and self._watch is not None:
+                    self._fresh.update(keys)
+            records = {
+                k: None if f is None else f[1] for k, f in zip(keys, fresh_records, strict=True)
+            }
             if written and not reading:
                 return records, now
             reading = False
-            versions = [("0" if f is None else f[0]) for f in fresh]
+            versions = [("0" if f is None else f[0]) for f in fresh_records]
         raise StoreUnavailable(
             f"{self.url}: other writers changed the same records on every try for"
             f" {self._conflict_budget:g} s"
         )
+
+    # -- freshness (the invalidations) ------------------------------------------------------
+    def _catch_up(self) -> None:
+        """Forget the freshness of what changed since the last call (under `_lock`): the
+        invalidations the watch has received, the writes of this process's other backends;
+        set the watch up when it is not (yet, or again)."""
+        local = _LOCAL_WRITES.get(self._local, 0)
+        if local != self._local_seen:
+            self._local_seen = local
+            self._stale(None)
+        watch = self._watch
+        if watch is None:
+            if not self._watchless and time.monotonic() >= max(self._watch_after, self._down_until):
+                self._start_watch()
+            return
+        try:
+            # the parser's poll, not the connection's: that one formats an error text each call
+            while watch._parser.can_read(0):
+                watch.read_response(push_request=True, timeout=0, disconnect_on_error=False)
+        except redis.TimeoutError:
+            pass  # a push not yet whole: the rest is read next time
+        except (*_CONNECTION_ERRORS, redis.RedisError):
+            self._drop_watch()
+
+    def _stale(self, keys: Any) -> None:
+        """Invalidation of `keys` (the server's full names; None: every key)."""
+        self._epoch += 1
+        if keys is None:
+            self._fresh.clear()
+            return
+        n = len(self._prefix)
+        for key in keys:
+            name = key.decode() if isinstance(key, bytes) else str(key)
+            self._fresh.discard(name[n:])
+
+    def _start_watch(self) -> None:
+        """A RESP3 connection told of every change under the namespace (one round trip)."""
+        self._watch_after = time.monotonic() + self._reconnect_after
+        try:
+            pool = redis.ConnectionPool.from_url(
+                self._url,
+                protocol=3,
+                socket_timeout=self._timeout,
+                socket_connect_timeout=self._timeout,
+                retry=Retry(NoBackoff(), 0),
+            )
+            conn: Any = pool.make_connection()  # redis-py's Connection (untyped)
+            conn.connect()
+            conn.send_command("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", self._prefix)
+            conn.read_response()
+        except redis.ResponseError:  # no RESP3 or no tracking here: ask every time
+            self._watchless = True
+            return
+        except (*_CONNECTION_ERRORS, redis.RedisError, ValueError):
+            return  # tried again after reconnect_after
+        conn._parser.set_invalidation_push_handler(lambda push: self._stale(push[1]))
+        self._watch = conn
+        self._epoch += 1
+
+    def _drop_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        self._stale(None)
+        if watch is not None:
+            try:
+                watch.disconnect()
+            except Exception:  # closing a dead socket: nothing to save
+                pass
 
     def scan(self) -> tuple[Records, float]:
         def run() -> tuple[Records, float]:
@@ -184,7 +292,7 @@ class RedisBackend:
             for key, raw in sorted(zip(keys, values, strict=True)):
                 decoded = _decode(raw)
                 if decoded is not None and decoded[1] is not None:
-                    out[key[len(self._prefix):]] = decoded[1]
+                    out[key[len(self._prefix) :]] = decoded[1]
             return out, seconds + micros / 1e6
 
         return self._guard(run)
@@ -199,9 +307,12 @@ class RedisBackend:
         with self._lock:
             for key in [k for k in self._seen if k.startswith(prefix)]:
                 del self._seen[key]
+            self._stale(None)
         return count
 
     def close(self) -> None:
+        with self._lock:
+            self._drop_watch()
         self._client.close()
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -226,6 +337,7 @@ class RedisBackend:
             with self._lock:
                 # the server may have restarted empty: what we remember is no longer news
                 self._seen.clear()
+                self._drop_watch()
                 self._offset = None
                 self._down_until = time.monotonic() + self._reconnect_after
             raise StoreUnavailable(f"{self.url}: {e or type(e).__name__}") from None

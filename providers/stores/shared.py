@@ -1,6 +1,6 @@
 """The shared health stores users pass as ``health=``: one SQLite file per host, or Redis.
 
-Both are `fsm.shared.SharedHealthStore` over a backend of this package: the turn reads
+Both are `fsm.health.shared_store.SharedHealthStore` over a backend of this package: the turn reads
 and writes a local replica, exchanged with the backend at most once per attempt; a
 backend that cannot be reached leaves turns on local health with one WARNING, and is
 tried again on the next exchange.
@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import os
 
-from ...fsm.shared import DEFAULT_TTL, SharedHealthStore
+from ...fsm.health.shared_store import DEFAULT_TTL, SharedHealthStore
 from .sqlite import SQLiteBackend
 
 
 class SQLiteHealthStore(SharedHealthStore):
     """Health shared by the processes of one host through the SQLite file at `path`
-    (created if absent; its folder must exist).
+    (created on first use if absent; its folder must exist). Never opens the file in
+    the constructor: a folder that is missing, a full disk or a corrupt file only means
+    local health (one WARNING) until the file can be used.
 
-    `busy_timeout`: seconds to wait for another process's write before going on with
-    local health for this exchange. `ttl`: seconds a record outlives its last write."""
+    `busy_timeout`: seconds one exchange may wait (for this process's other turns and
+    another process's write together) before going on with local health. `ttl`: seconds
+    a record outlives its last write."""
 
     __slots__ = ()
 
@@ -28,7 +31,7 @@ class SQLiteHealthStore(SharedHealthStore):
         path: str | os.PathLike[str],
         *,
         ttl: float = DEFAULT_TTL,
-        busy_timeout: float = 2.0,
+        busy_timeout: float = 0.5,
     ) -> None:
         super().__init__(SQLiteBackend(path, busy_timeout=busy_timeout), ttl=ttl)
 

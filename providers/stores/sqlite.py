@@ -4,8 +4,15 @@ Each `transact` is one ``BEGIN IMMEDIATE`` transaction: SQLite's write lock seri
 the read-modify-write across threads and processes, so `update` runs exactly once per
 call. WAL journaling lets readers (``fallgate health``) proceed beside a writer, and a
 busy timeout makes a short wait for the lock part of the transaction instead of an
-error. Time is the host's wall clock (every process of one host reads the same one).
-Expired rows are never returned and are dropped by the next write.
+error. Time is the host's wall clock (every process of one host reads the same one;
+docs/design.md, "The SQLite and Redis backends", says what a process with another clock
+would see). Expired rows are never returned and are dropped by the next write.
+
+Every call is bounded: waiting for this process's other threads and for another
+process's transaction together take at most `busy_timeout`, so a locked file costs a
+turn that much and no more (the shared store then goes on with local health). The file
+is opened on first use, never in the constructor: a missing folder, a full disk or a
+corrupt file is a store outage, not an error that stops a process from starting.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...fsm.store import Record, Records, StoreUnavailable, Update, decode_record
+from ...fsm.health.backend import Record, Records, StoreUnavailable, Update, decode_record
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS fallgate_health (
@@ -31,14 +38,26 @@ CREATE INDEX IF NOT EXISTS fallgate_health_expires ON fallgate_health (expires);
 """
 
 
-class SQLiteBackend:
-    """Records in the SQLite file at `path` (created if absent; its folder must exist).
+#: Seconds a backend fails fast after a lock held past its busy timeout, so that in a
+#: long lock only one call a second waits (the others go on with local health at once).
+BUSY_PAUSE = 1.0
 
-    `busy_timeout` (seconds) bounds the wait for another process's transaction; past it
-    the call raises `StoreUnavailable`, as does any other database error.
+
+class SQLiteBackend:
+    """Records in the SQLite file at `path` (created on first use if absent; its folder
+    must exist).
+
+    `busy_timeout` (seconds) bounds each call's wait, for this process's other threads
+    and another process's transaction together; past it the call raises
+    `StoreUnavailable`, as does any other database error (opening the file included).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 2.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 0.5,
+    ) -> None:
         if not busy_timeout > 0:
             raise ValueError(f"busy_timeout must be > 0 seconds, got {busy_timeout!r}")
         self.path = Path(path)
@@ -47,10 +66,30 @@ class SQLiteBackend:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
-        with self._lock:
-            self._connect()
+        self._busy_until = 0.0  # monotonic: fail fast until then (the file was locked)
 
-    def _connect(self) -> sqlite3.Connection:
+    def _locked(self) -> float:
+        """Take this process's lock within `busy_timeout`; returns the monotonic deadline
+        of the call (the caller releases the lock)."""
+        start = time.monotonic()
+        if start < self._busy_until:
+            raise StoreUnavailable(
+                f"{self.url}: database is locked (not asked again for {BUSY_PAUSE:g} s)"
+            )
+        deadline = start + self._busy_timeout
+        if not self._lock.acquire(timeout=self._busy_timeout):
+            raise StoreUnavailable(
+                f"{self.url}: busy: another thread of this process held the store for "
+                f"{self._busy_timeout:g} s"
+            )
+        if time.monotonic() < self._busy_until:  # found locked while this call waited
+            self._lock.release()
+            raise StoreUnavailable(
+                f"{self.url}: database is locked (not asked again for {BUSY_PAUSE:g} s)"
+            )
+        return deadline
+
+    def _connect(self, deadline: float) -> sqlite3.Connection:
         """The open connection of this process (a child after fork opens its own).
 
         Processes that open a new file together race to switch it to WAL and create the
@@ -58,14 +97,16 @@ class SQLiteBackend:
         handler, so opening retries them (with jitter) until `busy_timeout` has passed.
         """
         if self._conn is not None and self._pid == os.getpid():
+            self._wait_at_most(self._conn, deadline)
             return self._conn
-        deadline = time.monotonic() + self._busy_timeout
         pause = 0.005
         while True:
             conn: sqlite3.Connection | None = None
             try:
                 conn = sqlite3.connect(
-                    self.path, timeout=self._busy_timeout, isolation_level=None,
+                    self.path,
+                    timeout=max(deadline - time.monotonic(), 0.001),
+                    isolation_level=None,
                     check_same_thread=False,
                 )
                 self._prepare(conn)
@@ -79,6 +120,14 @@ class SQLiteBackend:
                 raise StoreUnavailable(f"{self.url}: cannot open the health store: {e}") from None
             self._conn, self._pid = conn, os.getpid()
             return conn
+
+    def _wait_at_most(self, conn: sqlite3.Connection, deadline: float) -> None:
+        """SQLite's busy handler waits no longer than what is left of the call."""
+        left_ms = max(int((deadline - time.monotonic()) * 1000), 1)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {left_ms}")
+        except sqlite3.Error as e:
+            raise self._unavailable(e) from None
 
     @staticmethod
     def _prepare(conn: sqlite3.Connection) -> None:
@@ -103,8 +152,9 @@ class SQLiteBackend:
 
     def transact(self, keys: Sequence[str], update: Update, ttl: float) -> tuple[Records, float]:
         keys = list(dict.fromkeys(keys))
-        with self._lock:
-            conn = self._connect()
+        deadline = self._locked()
+        try:
+            conn = self._connect(deadline)
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as e:
@@ -137,6 +187,8 @@ class SQLiteBackend:
                 self._rollback(conn)
                 raise
             return in_force, now
+        finally:
+            self._lock.release()
 
     @staticmethod
     def _read(conn: sqlite3.Connection, keys: list[str], now: float) -> dict[str, Record | None]:
@@ -152,8 +204,9 @@ class SQLiteBackend:
         return out
 
     def scan(self) -> tuple[Records, float]:
-        with self._lock:
-            conn = self._connect()
+        deadline = self._locked()
+        try:
+            conn = self._connect(deadline)
             now = time.time()
             try:
                 rows = conn.execute(
@@ -161,13 +214,16 @@ class SQLiteBackend:
                 ).fetchall()
             except sqlite3.Error as e:
                 raise self._unavailable(e) from None
+        finally:
+            self._lock.release()
         records = ((key, decode_record(value)) for key, value in rows)
         return {key: record for key, record in records if record is not None}, now
 
     def delete(self, prefix: str) -> int:
         # substr, not LIKE: a prefix may hold % or _ (a base URL, a model name)
-        with self._lock:
-            conn = self._connect()
+        deadline = self._locked()
+        try:
+            conn = self._connect(deadline)
             try:
                 cur = conn.execute(
                     "DELETE FROM fallgate_health WHERE substr(key, 1, ?) = ?",
@@ -176,6 +232,8 @@ class SQLiteBackend:
             except sqlite3.Error as e:
                 raise self._unavailable(e) from None
             return cur.rowcount
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         with self._lock:
@@ -184,6 +242,8 @@ class SQLiteBackend:
             self._conn = None
 
     def _unavailable(self, error: sqlite3.Error) -> StoreUnavailable:
+        if _is_busy(error):  # the lock outlived busy_timeout: the next calls fail fast
+            self._busy_until = time.monotonic() + BUSY_PAUSE
         return StoreUnavailable(f"{self.url}: {error}")
 
     @staticmethod

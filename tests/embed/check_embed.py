@@ -19,7 +19,7 @@ It checks that
   requests the server recorded);
 * the ``fallgate`` console script runs (``--help``, ``--version``, ``diagram`` and
   ``check`` on a small policy file, ``demo``), and the diagram generator
-  (``python -m fallgate.providers.gallery``) writes only where it is told.
+  (``python -m fallgate.providers.cli.gallery``) writes only where it is told.
 """
 
 from __future__ import annotations
@@ -285,7 +285,14 @@ def check_cli() -> None:
         check("holds   fallback_gate" in out, f"`fallgate check` printed:\n{out}")
         out = run_cli("demo", "--json", "--out", "demo", cwd=cwd)
         scenarios = json.loads(out)["scenarios"]
-        check(len(scenarios) == 5, f"`fallgate demo --json` printed:\n{out}")
+        from fallgate.providers.cli.demo import SCENARIOS
+
+        names = [scenario["name"] for scenario in scenarios]
+        check(
+            names == [scenario.name for scenario in SCENARIOS]
+            and all(scenario["ok"] for scenario in scenarios),
+            f"`fallgate demo --json` printed:\n{out}",
+        )
         check((cwd / "demo" / "retry-after.md").is_file(), "`fallgate demo` wrote no diagram")
         check_gallery(cwd)
 
@@ -294,11 +301,11 @@ def check_gallery(cwd: Path) -> None:
     """The diagram generator writes where it is told, and never into site-packages
     (its default, the checkout's diagrams/, does not exist in an installed wheel)."""
     inside = SITE / "fallgate" / "diagrams"
-    cmd = [sys.executable, "-m", "fallgate.providers.gallery"]
+    cmd = [sys.executable, "-m", "fallgate.providers.cli.gallery"]
     done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
     check(
         done.returncode == 2 and "DIR" in done.stderr,
-        f"`python -m fallgate.providers.gallery` without DIR exited {done.returncode} "
+        f"`python -m fallgate.providers.cli.gallery` without DIR exited {done.returncode} "
         f"(expected 2, a usage message)\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}",
     )
     check(not inside.exists(), f"the diagram generator wrote into site-packages: {inside}")
@@ -307,9 +314,9 @@ def check_gallery(cwd: Path) -> None:
     )
     check(
         done.returncode == 0 and (cwd / "out" / "turn-machine.mmd").is_file(),
-        f"`python -m fallgate.providers.gallery out` exited {done.returncode}\n{done.stderr}",
+        f"`python -m fallgate.providers.cli.gallery out` exited {done.returncode}\n{done.stderr}",
     )
-    step("`python -m fallgate.providers.gallery [DIR]` ok")
+    step("`python -m fallgate.providers.cli.gallery [DIR]` ok")
 
 
 def main() -> int:

@@ -14,7 +14,7 @@ import logging
 import sys
 
 from fallgate.fsm import Policy, Target
-from fallgate.fsm.policy import Breaker, Cooldown, Credential
+from fallgate.fsm.policy.model import Breaker, Cooldown, Credential
 
 import fallgate
 
@@ -54,13 +54,20 @@ def main() -> int:
     log.addHandler(handler)
     log.setLevel(logging.WARNING)
     pol = policy(args)
-    client = fallgate.Fallgate(pol, health=store(args["store"]))
+    health = store(args["store"])
+    client = fallgate.Fallgate(pol, health=health)
     # warm, as a running fleet is: build each target's SDK client and open its
     # connection with a request for a model no test scripts (left out of the counts)
     for t in pol.targets:
         for c in t.pool():
             with client.clients.lease(t, c) as sdk:
                 sdk.chat.completions.create(model=WARMUP, messages=MESSAGES)
+    backend = getattr(health, "backend", None)
+    if backend is not None:  # and open the store (a SQLite file is opened on first use)
+        try:
+            backend.scan()
+        except Exception:  # unreachable now (a test that starts Redis later): local health
+            pass
     print("ready", flush=True)
     for line in sys.stdin:
         if line.strip() == "quit":

@@ -1,7 +1,7 @@
 """fallgate inside the real hermes-agent (CI: `make test-hermes`, in build/hermes-venv).
 
 Runs whole conversations of hermes-agent's `AIAgent` offline against fallgate's
-fault server, with `fallgate.providers.hermes.attach(agent)`:
+fault server, with `fallgate.providers.integrations.hermes.attach(agent)`:
 
 1. the original sequence, streamed (hermes' default path): glm-5.1 answers
    timeout, timeout (a 0.5 s attempt timeout), then 429; glm-4.7 (the agent's
@@ -110,7 +110,7 @@ def paths(events: list[Any]) -> list[list[str]]:
 
 
 def attached(srv: Any, stream: bool) -> tuple[Any, Any, list[Any]]:
-    from fallgate.providers.hermes import attach
+    from fallgate.providers.integrations.hermes import attach
 
     agent = harness.make_agent(srv.base_url)
     if not stream:
@@ -184,7 +184,7 @@ def interrupted(srv: Any, spy: Any) -> str:
     """hermes' interrupt (``agent.interrupt()`` from another thread) cancels the turn:
     after the attempt in flight, fallgate neither retries nor falls back."""
     srv.script({"models": {PRIMARY: [{"kind": "timeout", "seconds": 5}] * 3}})
-    from fallgate.providers.hermes import attach
+    from fallgate.providers.integrations.hermes import attach
 
     agent = harness.make_agent(srv.base_url)
     events: list[Any] = []

@@ -1,0 +1,72 @@
+"""The record of one transition that the properties judge, and what they return.
+
+A record is built once per transition of the search and never changed: the
+properties are pure functions of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from ..core.actions import Action
+from ..health.store import HealthStore
+from ..kinds import Outcome, OutcomeKind
+from ..trace import TraceEvent
+from .context import Context
+from .oracle import Obs
+from .steps import Step
+
+
+class Finding(NamedTuple):
+    """A property broken on one transition, and why (in words for the report)."""
+
+    prop: str
+    why: str
+
+
+#: A health store's facts: target cooldowns, credential cooldowns, failure streaks.
+Facts = tuple[Mapping[Any, float], Mapping[Any, float], Mapping[Any, float]]
+
+
+#: One health fact a transition changed: (which, key, old, new); which is 0 for a target
+#: cooldown, 1 for a credential cooldown (key: (target key, credential id)), 2 for a
+#: failure streak. A plain tuple: most transitions change one or two.
+HealthChange = tuple[int, Any, float, float]
+
+
+class TransitionRecord(NamedTuple):
+    """One transition as the checker saw it (the health store as right after it)."""
+
+    ctx: Context
+    event: Step
+    trigger: str
+    kind: OutcomeKind | None  # the outcome class of the event (None: a host reply)
+    outcome: Outcome | None
+    source: str
+    dest: str
+    action: Action
+    te: TraceEvent  # the trace record the transition made
+    before: Obs  # the checker's record of the turn before the event
+    known: Obs  # ... with what the event told it (see `oracle.observe`)
+    after: Obs  # ... and the attempt the action started
+    then: float  # the clock when the event came
+    now: float  # the clock after it (a wait or an attempt takes time)
+    health: HealthStore
+    changes: tuple[HealthChange, ...]
+
+
+def health_changes(pre: Facts, h: HealthStore) -> tuple[HealthChange, ...]:
+    """Every health fact the transition changed."""
+    post: Facts = h.facts(copy=False)
+    if pre[0] == post[0] and pre[1] == post[1] and pre[2] == post[2]:
+        return ()
+    out: list[HealthChange] = []
+    for which in range(3):
+        a = pre[which]
+        b = post[which]
+        for k in a.keys() | b.keys():
+            old, new = a.get(k, 0), b.get(k, 0)
+            if old != new:
+                out.append((which, k, old, new))
+    return tuple(out)

@@ -1,0 +1,301 @@
+"""Thin drivers: carry out the core's actions with real I/O on a `Clock`.
+
+`run` (sync) and `arun` (asyncio) have the same semantics and share the core
+and the host loop (`fsm.host.loop`; `ahost_run` for asyncio): attempt -> classify ->
+feed; wait -> sleep on the clock -> waited; rebuild -> rebuilt. Cancellation (asyncio) and
+KeyboardInterrupt end the turn in `aborted` and are re-raised. Without
+``clock=`` a turn runs on `fsm.clock.default_clock()`: the system clock, or
+the virtual clock of an active `instant_waits()` block.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypedDict, TypeVar, Unpack
+
+import attrs
+
+from ..catalogue.classify import classify_exception
+from ..clock import Clock, default_clock, steady
+from ..core.actions import Action, Attempt, Fail, Finish
+from ..core.members import release, route, settle
+from ..core.turn import Hook, Turn, TurnBase, TurnState
+from ..health.store import HealthStore
+from ..kinds import Outcome, OutcomeKind
+from ..policy.model import Credential, Policy, Target
+from ..redact import redact
+from ..trace import TraceEvent
+from .loop import ahost_run, host_loop
+from .notices import notice
+from .observe import Telemetry
+
+logger = logging.getLogger("fallgate")
+T = TypeVar("T")
+Classifier = Callable[[BaseException], Outcome]
+_SUCCESS = OutcomeKind.SUCCESS
+
+
+@attrs.frozen(slots=True)
+class TurnResult:
+    """A turn that ended in `done`: the value, and the path it took (`trace`)."""
+
+    value: Any = attrs.field(repr=False)
+    state: str
+    target: str
+    model: str
+    attempts: int
+    _turn: TurnState = attrs.field(repr=False, eq=False, alias="turn")
+
+    @property
+    def trace(self) -> tuple[TraceEvent, ...]:
+        """One `TraceEvent` per transition (built when first read)."""
+        return tuple(self._turn.trace)
+
+
+def _hook(user: Hook | None) -> Hook | None:
+    if user is None and not logger.isEnabledFor(logging.DEBUG):
+        return None
+
+    def emit(ev: TraceEvent) -> None:
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "%s --%s--> %s (%s)",
+                ev.source,
+                ev.event,
+                ev.dest,
+                ev.action,
+                extra={"fallgate": ev.as_dict()},
+            )
+        if user is not None:
+            user(ev)
+
+    return emit
+
+
+def check_health(health: object) -> None:
+    """Refuse a `health=` that is not a `HealthStore` at once, naming it (a store's URL
+    given as a string would otherwise fail inside the first turn)."""
+    if health is not None and not isinstance(health, HealthStore):
+        raise TypeError(
+            "health must be a fallgate.HealthStore (HealthStore(), "
+            "fallgate.SQLiteHealthStore(path), fallgate.RedisHealthStore(url)) or None, "
+            f"got {type(health).__name__}"
+        )
+
+
+class DriverStep:
+    """What every driver needs besides the loop: the turn (on the given clock),
+    classified and scrubbed outcomes, and the end as a result or an exception."""
+
+    __slots__ = ("_secrets", "classify", "clock", "policy", "routed", "turn")
+
+    def __init__(self, driver: str, policy: Policy, options: _Options) -> None:
+        """The turn of one `driver`'s call (named in errors): its keywords checked, as a
+        signature would, and applied."""
+        if not _NAMES.issuperset(options):
+            name = min(set(options) - _NAMES)
+            raise TypeError(
+                f"{driver}: unexpected keyword argument {name!r} "
+                f"(it takes: {', '.join(sorted(_NAMES))})"
+            )
+        health = options.get("health")
+        clock = options.get("clock")
+        random = options.get("random")
+        check_health(health)
+        if random is not None and not callable(random):
+            raise TypeError(
+                f"random must be a callable returning floats in [0, 1) such as "
+                f"random.Random(7).random, got {type(random).__name__}"
+            )
+        affinity = options.get("affinity")
+        if affinity is not None and not (isinstance(affinity, str) and affinity):
+            raise TypeError(f"affinity must be a non-empty string or None, got {affinity!r}")
+        self.classify = options.get("classify", classify_exception)
+        #: The clock of this turn: the one given, else the default in force now.
+        if clock is not None and not callable(getattr(clock, "now", None)):
+            raise TypeError(
+                "clock must be an fsm.Clock (now, sleep, asleep) such as fsm.VirtualClock(), "
+                f"got {type(clock).__name__}"
+            )
+        #: Time never runs backwards for the engine (`fsm.clock.steady`).
+        self.clock: Clock = steady(clock) if clock is not None else default_clock()
+        now = self.clock.now
+        first = options.get("first", 0)
+        #: The turn's chain: each group's members, and a conversation's key, in the order
+        #: to try them now (`fsm.core.members`; the policy itself when there is no choice).
+        self.routed = route(
+            policy, health if health is not None else HealthStore.default(), affinity, now(), first
+        )
+        self.policy = policy = self.routed.policy
+        self.turn = options.get("engine", Turn)(
+            policy,
+            health=health,
+            clock=now,
+            random=random,
+            on_transition=_hook(options.get("on_transition")),
+            first=first,
+        )
+        self.turn.s.cost = options.get("cost", 0.0) if policy.pacing else None
+        self._secrets: list[str] | None = None
+
+    def outcome_of(self, e: BaseException) -> Outcome:
+        try:
+            o = self.classify(e)
+        except Exception as ce:  # a broken classifier must not crash the engine
+            o = Outcome(
+                OutcomeKind.BAD_REQUEST, detail=f"classifier raised {type(ce).__name__}", error=e
+            )
+        if not isinstance(o, Outcome):
+            o = Outcome(
+                OutcomeKind.BAD_REQUEST,
+                detail=f"classifier returned {type(o).__name__}, not Outcome",
+                error=e,
+            )
+        if o.detail:
+            if self._secrets is None:
+                self._secrets = self.policy.secrets()
+            clean = redact(o.detail, self._secrets)
+            if clean != o.detail:
+                o = attrs.evolve(o, detail=clean)
+        return o
+
+    def end(self, action: Action) -> TurnResult:
+        """The result of a finished turn; a failed one raises its `TurnFailed`."""
+        if type(action) is Finish:
+            return self.result(action)
+        assert isinstance(action, Fail)
+        s = self.turn.s
+        release(self.routed)
+        notice(s, self.policy, s.health, "failed")
+        raise action.error from None
+
+    def result(self, action: Finish) -> TurnResult:
+        s = self.turn.s
+        if self.routed.routes is not None:
+            c = s.visit.credential
+            cred = c.health_id if c is not None else ""
+            settle(self.routed, s.target, cred, s.at - s.attempt_started, s.at)
+        notice(s, self.policy, s.health, "done")
+        t = s.target
+        return TurnResult(action.result, s.state, t.name, t.model, s.total_attempts, s)
+
+
+class _Options(TypedDict, total=False):
+    """The keywords every driver takes, written once for the four of them (`run`, `drive`,
+    `arun`, `adrive`); each is optional, its default in the comment."""
+
+    #: Outcome of an attempt's exception (default `fsm.catalogue.classify.classify_exception`).
+    classify: Classifier
+    #: Cooldowns that outlive the turn (default: the process-wide `fsm.health.store.DEFAULT`).
+    health: HealthStore | None
+    #: Called with each `TraceEvent` (default None; DEBUG logging adds one).
+    on_transition: Hook | None
+    #: What waits sleep on (default: the system clock, or the virtual one of `instant_waits()`).
+    clock: Clock | None
+    #: Jitter's source of floats in [0, 1) (default: `random.random`).
+    random: Callable[[], float] | None
+    #: The turn class (default `fsm.Turn`).
+    engine: type[TurnBase]
+    #: The chain entry the turn starts at (default 0; earlier entries are not used).
+    first: int
+    #: The tokens one attempt is expected to use, for pacing (default 0: the request only).
+    cost: float
+    #: The turn's GenAI operation for OpenTelemetry, used while it is on (default None).
+    telemetry: Telemetry | None
+    #: The conversation this turn belongs to (default None): while the member and key
+    #: that last answered it are free, they serve it again (`fsm.core.members`).
+    affinity: str | None
+
+
+class Options(_Options, total=False):
+    """`run` / `drive`'s keywords: `_Options` and a sync `rebuild`."""
+
+    #: Recreates the target's client after transport faults (default: none to recreate).
+    rebuild: Callable[[Target], object] | None
+
+
+class AsyncOptions(_Options, total=False):
+    """`arun` / `adrive`'s keywords: `_Options` and an awaited `rebuild`."""
+
+    rebuild: Callable[[Target], Awaitable[object]] | None
+
+
+#: Every driver keyword (the async flavour's are the same names).
+_NAMES: Final = Options.__optional_keys__
+
+
+def run(
+    policy: Policy, call: Callable[[Target, Credential], T], **options: Unpack[Options]
+) -> TurnResult:
+    """Run one turn synchronously; returns a `TurnResult` or raises `TurnFailed`.
+
+    `call(target, credential)` makes one attempt (resolve the key with
+    `credential.resolve(target.name)`); its exceptions are classified.
+    The keywords (`Options`, each optional): ``rebuild(target)`` recreates the
+    target's client after transport faults; ``classify``; `health` defaults to the
+    process-wide `fsm.health.store.DEFAULT`, shared by every turn given no store;
+    waits sleep on ``clock`` (default: the system clock, or the virtual one inside
+    `instant_waits()`; pass a `fsm.VirtualClock` to run on virtual time);
+    ``on_transition``, ``random``, ``engine``; ``first`` starts the chain at that
+    entry (earlier entries are not used in this turn); ``telemetry`` names the turn's
+    GenAI operation for OpenTelemetry (`fsm.host.observe.Telemetry`; used while it is on).
+    """
+    return drive(policy, lambda a: call(a.target, a.credential), **options)
+
+
+def drive(
+    policy: Policy, attempt: Callable[[Attempt], Any], **options: Unpack[Options]
+) -> TurnResult:
+    """Like `run`, but `attempt` receives the whole `Attempt` (timeout, number)."""
+    st = DriverStep("fsm.run / fsm.drive", policy, options)
+
+    def outcome(a: Attempt) -> Outcome:
+        try:
+            value = attempt(a)
+        except Exception as e:
+            return st.outcome_of(e)
+        return Outcome(_SUCCESS, value=value)
+
+    steps = host_loop(
+        st.turn,
+        clock=st.clock,
+        rebuild=options.get("rebuild"),
+        attempt=outcome,
+        telemetry=options.get("telemetry"),
+    )
+    return st.end(next(steps))
+
+
+async def arun(
+    policy: Policy,
+    call: Callable[[Target, Credential], Awaitable[T]],
+    **options: Unpack[AsyncOptions],
+) -> TurnResult:
+    """The asyncio driver: same semantics and keywords as `run` (`AsyncOptions`: an
+    awaited ``rebuild``; waits ``await clock.asleep``); cancellation ends the turn
+    `aborted`."""
+    return await adrive(policy, lambda a: call(a.target, a.credential), **options)
+
+
+async def adrive(
+    policy: Policy, attempt: Callable[[Attempt], Awaitable[Any]], **options: Unpack[AsyncOptions]
+) -> TurnResult:
+    """Like `arun`, but `attempt` receives the whole `Attempt`."""
+    st = DriverStep("fsm.arun / fsm.adrive", policy, options)
+
+    async def outcome(a: Attempt) -> Outcome:
+        try:
+            value = await attempt(a)
+        except Exception as e:
+            return st.outcome_of(e)
+        return Outcome(_SUCCESS, value=value)
+
+    end = await ahost_run(
+        st.turn,
+        clock=st.clock,
+        rebuild=options.get("rebuild"),
+        attempt=outcome,
+        telemetry=options.get("telemetry"),
+    )
+    return st.end(end)

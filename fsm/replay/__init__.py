@@ -1,0 +1,1 @@
+"""What-if replay: recorded provider behaviour fed to another policy's core on virtual time."""

@@ -1,0 +1,1 @@
+"""fallgate inside other software's agents: hermes-agent (`hermes.attach`)."""

@@ -1,0 +1,340 @@
+"""What a stream has handed to its caller, and when it commits: one class per API.
+
+Both follow one rule. Events that carry no output yet (a chat stream's
+role-only opener; a Responses stream's ``response.created``,
+``response.in_progress``, ``response.output_item.added``, ...) are held back.
+The first event with output (chat: content, a refusal, tool calls, or a
+``length`` / ``content_filter`` finish, which end a real reply even when it says
+nothing; Responses: ``response.output_text.delta``, ``response.refusal.delta`` or
+``response.function_call_arguments.delta``, or the stream's end with output) is
+handed over with everything held before it, and from then on the stream is
+*committed*: an error becomes `StreamInterrupted` carrying the text already
+delivered. A stream that ends before its proper end (chat: a ``finish_reason``
+other than ``error``; Responses: ``response.completed`` or
+``response.incomplete``) counts as interrupted; one that ends before any output
+(a bare ``stop``, usage only, ``finish_reason: "error"``) is a malformed reply,
+retried or fallen back like any other fault, never an empty success.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai.types.chat import ChatCompletionChunk
+
+from .exceptions import FailedReply, MalformedReply, StreamInterrupted
+from .usage import Usage, usage_of
+
+__all__ = ["ChatDelivery", "Delivery", "NotContinuable", "ResponsesDelivery", "delivery_for"]
+
+
+class NotContinuable(Exception):
+    """The engine asked to continue a stream that a text prefix cannot continue: the
+    attempt is not sent (it fails as this, a bad request, and the turn moves on)."""
+
+
+#: A continuation's text that repeats the end of what was delivered is trimmed at the
+#: seam when the repeat is this many characters at least (or the whole delivered text):
+#: a shorter match may be the answer itself (" the" after " the").
+SEAM_MIN = 8
+#: How much of the delivered text's end a repeat is looked for in (characters).
+SEAM_WINDOW = 4096
+
+
+class Delivery:
+    """The bookkeeping both APIs share; subclasses say what an event means."""
+
+    __slots__ = (
+        "count",
+        "finished",
+        "held",
+        "other",
+        "pending",
+        "pieces",
+        "seam",
+        "seams",
+        "since",
+        "usage",
+    )
+
+    #: What a stream with no output is called in errors.
+    nothing = "the stream ended before any content"
+
+    def __init__(self) -> None:
+        self.held: list[Any] = []
+        self.pieces: list[str] = []
+        self.count = 0
+        self.finished = False
+        self.usage: Usage | None = None
+        #: events handed before the current attempt (a continuation's start)
+        self.since = 0
+        #: while a continuation's first output is weighed against the delivered text's end:
+        #: that end, and the output events held meanwhile
+        self.seam: str | None = None
+        self.pending: list[Any] = []
+        #: per continuation: (characters delivered before it, characters it repeated)
+        self.seams: list[tuple[int, int]] = []
+        #: output other than text was handed (tool calls, a refusal): a prefix of text
+        #: cannot say where such a stream broke, so it is not continued
+        self.other = False
+
+    @property
+    def committed(self) -> bool:
+        return self.count > 0
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    def begin(self, prefix: str | None = None) -> None:
+        """A new attempt starts: whatever an earlier one held back is dropped. `prefix`:
+        it continues the stream, whose delivered text that is."""
+        self.held = []
+        self.pending = []
+        self.finished = False
+        self.usage = None
+        self.since = self.count
+        self.seam = prefix[-SEAM_WINDOW:] if prefix else None
+
+    def payload(self, event: Any) -> bool:
+        """Check `event` (raise on a bad one), note its ending and usage; does it
+        carry output?"""
+        raise NotImplementedError
+
+    def text_of(self, event: Any) -> str:
+        raise NotImplementedError
+
+    def with_text(self, event: Any, text: str) -> Any:
+        """`event` with its text output replaced by `text` (a copy)."""
+        raise NotImplementedError
+
+    def keeps(self, event: Any) -> bool:
+        """Does `event`, its text trimmed away at a seam, still say something?"""
+        return self.payload(event)
+
+    def take(self, event: Any) -> list[Any]:
+        """The events to hand over now (possibly none, possibly the held ones too)."""
+        if not self.payload(event) and self.count == self.since and not self.pending:
+            self.held.append(event)  # nothing of this attempt's output handed yet
+            return []
+        out = [*self.held, event]
+        self.held = []
+        if self.seam is None:
+            return out
+        self.pending += out
+        return self._weigh(final=False)
+
+    def _weigh(self, final: bool) -> list[Any]:
+        """A continuation's first output against the delivered text's end: hold it while
+        it may still be a repeat of that end; then drop the longest repeat and hand the
+        rest over (`final`: the attempt ended, decide with what came)."""
+        seam = self.seam
+        assert seam is not None
+        said = "".join(self.text_of(e) for e in self.pending)
+        if not final and _may_repeat(seam, said):
+            return []
+        cut = _repeat(seam, said)
+        self.seams.append((len(self.text), cut))
+        self.seam = None
+        out, self.pending = self.pending, []
+        if not cut:
+            return out
+        kept = []
+        for e in out:
+            t = self.text_of(e)
+            if cut >= len(t) > 0:
+                cut -= len(t)
+                e = self.with_text(e, "")
+                if not self.keeps(e):
+                    continue  # only the repeated text: nothing left to hand over
+            elif cut:
+                e, cut = self.with_text(e, t[cut:]), 0
+            kept.append(e)
+        return kept
+
+    def handed(self, event: Any) -> None:
+        self.count += 1
+        self.pieces.append(self.text_of(event))
+        self.other = self.other or self.beyond_text(event)
+
+    def beyond_text(self, event: Any) -> bool:
+        """Does `event` carry output other than text (tool calls, a refusal)?"""
+        return False
+
+    def check_continuable(self) -> None:
+        """Raise `NotContinuable` when the stream handed output a text prefix cannot
+        carry (the continuation would send it again)."""
+        if self.other:
+            raise NotContinuable(
+                "the stream delivered tool calls or a refusal: a text prefix cannot continue it"
+            )
+
+    def end(self) -> list[Any]:
+        """The SDK's iterator ended without an error: was the stream complete? What is
+        left to hand over (a continuation's output held at the seam, or the ending of
+        one that had nothing more to say)."""
+        if not self.committed:
+            self.held = []
+            raise MalformedReply(self.nothing)
+        if not self.finished:
+            raise StreamInterrupted(self.text, self.count)
+        out = self._weigh(final=True) if self.seam is not None and self.pending else []
+        if not out and self.count == self.since:
+            out = self.held
+        self.held = []
+        return out
+
+    def failure(self, e: BaseException) -> BaseException:
+        """What the attempt that just broke comes to. Once this attempt handed output
+        the stream is interrupted (carrying everything delivered); a continuation that
+        handed nothing fails as itself (its own 400, cut, timeout: classified as such,
+        and the machine reports the first break)."""
+        if isinstance(e, StreamInterrupted) or self.count == self.since:
+            return e
+        return StreamInterrupted(self.text, self.count, e)
+
+
+def _may_repeat(seam: str, said: str) -> bool:
+    """Could `said` still be the start of a repeat of `seam`'s end (one not yet whole)?"""
+    n = len(seam)
+    at = seam.find(said)
+    while at >= 0:
+        if n - at > len(said) and (n - at >= SEAM_MIN or at == 0):
+            return True
+        at = seam.find(said, at + 1)
+    return False
+
+
+def _repeat(seam: str, said: str) -> int:
+    """How many of `said`'s first characters repeat `seam`'s end (0: none, or too few)."""
+    for size in range(min(len(seam), len(said)), 0, -1):
+        if (size >= SEAM_MIN or size == len(seam)) and seam.endswith(said[:size]):
+            return size
+    return 0
+
+
+class ChatDelivery(Delivery):
+    """Chat completion chunks (`ChatCompletionChunk`)."""
+
+    __slots__ = ()
+
+    def payload(self, event: Any) -> bool:
+        choices = getattr(event, "choices", None)
+        if not isinstance(event, ChatCompletionChunk) or not isinstance(choices, list):
+            raise MalformedReply(
+                f"stream event is not a chat completion chunk ({type(event).__name__})"
+            )
+        found = False
+        if getattr(event, "usage", None) is not None:
+            self.usage = usage_of(event)  # usage alone is no output (it comes last)
+        for choice in choices:
+            finish = getattr(choice, "finish_reason", None)
+            if finish == "error":
+                # OpenRouter ends a stream it cannot finish with finish_reason "error" (and
+                # the choice's error object): never a success, interrupted once committed.
+                error = getattr(choice, "error", None)
+                if isinstance(error, dict) and error:
+                    raise FailedReply(error)
+                raise MalformedReply("the stream ended with finish_reason 'error'")
+            if finish:
+                self.finished = True
+                found = found or finish in EMPTY_BUT_REAL
+            delta = getattr(choice, "delta", None)
+            if delta is not None and any(
+                getattr(delta, name, None)
+                for name in ("content", "refusal", "tool_calls", "function_call")
+            ):
+                found = True
+        return found
+
+    def text_of(self, event: Any) -> str:
+        parts = []
+        for choice in getattr(event, "choices", None) or ():
+            delta = getattr(choice, "delta", None)
+            content = getattr(delta, "content", None) if delta is not None else None
+            if isinstance(content, str):
+                parts.append(content)
+        return "".join(parts)
+
+    def keeps(self, event: Any) -> bool:
+        return self.payload(event) or any(c.finish_reason for c in event.choices)
+
+    def beyond_text(self, event: Any) -> bool:
+        for choice in getattr(event, "choices", None) or ():
+            delta = getattr(choice, "delta", None)
+            if delta is not None and any(
+                getattr(delta, name, None) for name in ("refusal", "tool_calls", "function_call")
+            ):
+                return True
+        return False
+
+    def with_text(self, event: Any, text: str) -> Any:
+        copy = event.model_copy(deep=True)
+        for choice in copy.choices:
+            if choice.delta is not None and isinstance(choice.delta.content, str):
+                choice.delta.content, text = text, ""
+        return copy
+
+
+#: Finish reasons that end a real chat reply even with nothing said: the caller's token
+#: limit, the content filter (classified as such, as without a stream).
+EMPTY_BUT_REAL = frozenset({"length", "content_filter"})
+
+#: Responses stream events that carry output: the first one commits the stream.
+OUTPUT_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.refusal.delta",
+        "response.function_call_arguments.delta",
+    }
+)
+#: The events that end a whole Responses stream.
+ENDINGS = frozenset({"response.completed", "response.incomplete"})
+
+
+class ResponsesDelivery(Delivery):
+    """Responses API stream events (``response.*``)."""
+
+    __slots__ = ()
+    nothing = "the stream ended before any output"
+
+    def payload(self, event: Any) -> bool:
+        kind = getattr(event, "type", None)
+        if not isinstance(kind, str):
+            raise MalformedReply(
+                f"stream event is not a Responses API event ({type(event).__name__})"
+            )
+        if kind == "response.failed":
+            raise FailedReply(getattr(getattr(event, "response", None), "error", None))
+        if kind == "error":  # the SDK raises on these; a bare one is still an error
+            raise FailedReply(
+                {"code": getattr(event, "code", None), "message": getattr(event, "message", None)}
+            )
+        if kind in ENDINGS:
+            if not self.committed and kind == "response.completed":
+                if not getattr(getattr(event, "response", None), "output", None):
+                    raise MalformedReply("the stream completed without any output")
+            self.finished = True
+            self.usage = usage_of(event)
+            return True
+        return kind in OUTPUT_DELTAS
+
+    def text_of(self, event: Any) -> str:
+        if getattr(event, "type", None) == "response.output_text.delta":
+            delta = getattr(event, "delta", "")
+            return delta if isinstance(delta, str) else ""
+        return ""
+
+    def beyond_text(self, event: Any) -> bool:
+        kind = getattr(event, "type", None)
+        return kind in OUTPUT_DELTAS and kind != "response.output_text.delta"
+
+    def with_text(self, event: Any, text: str) -> Any:
+        if getattr(event, "type", None) == "response.output_text.delta":
+            return event.model_copy(update={"delta": text})
+        return event
+
+
+def delivery_for(kind: str | None) -> Delivery:
+    """The delivery for an `Op`'s stream kind."""
+    return ResponsesDelivery() if kind == "responses" else ChatDelivery()

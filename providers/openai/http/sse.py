@@ -1,0 +1,197 @@
+"""Server-sent events that do not parse are dropped, not fatal.
+
+A provider (or a proxy) sometimes sends one event whose ``data`` is not JSON in the
+middle of a good stream: a truncated line, a stray debug print. The openai SDK raises
+on it and the whole stream is lost. Under fallgate every stream a target sends goes
+through `SseFilter` first (the wrapper's clients and the embedded HTTP client's
+transports both read responses through `FilteringTransport`): an event that does not
+parse is dropped (counted, one WARNING on the ``fallgate`` logger per stream), and the
+stream goes on. `MALFORMED_IN_A_ROW` bad events with no good one between end it as a
+malformed reply (`MalformedReply`): before the stream commits that falls back like
+any other malformed reply; after, the stream is interrupted (and continued).
+
+Comments (keep-alives), ``[DONE]`` and events without data pass as they are; only a
+``data`` payload that is not JSON is judged. A stream sent compressed is not read here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Final
+
+from ..exceptions import MalformedReply
+from . import transport
+
+__all__ = [
+    "MALFORMED_IN_A_ROW",
+    "AsyncFilteringTransport",
+    "FilteringTransport",
+    "SseFilter",
+    "boundary",
+    "dropped_events",
+]
+
+logger = logging.getLogger("fallgate")
+
+_KEY: Final = "fallgate.sse_filter"  # where a response keeps its filter (`dropped_events`)
+
+#: Bad events in a row (no good one between) that end a stream as a malformed reply.
+MALFORMED_IN_A_ROW: Final = 3
+
+
+def boundary(buf: bytes) -> tuple[int, int] | None:
+    """Where the first complete SSE event ends (its end, and where the next starts)."""
+    best: tuple[int, int] | None = None
+    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        i = buf.find(sep)
+        if i >= 0 and (best is None or i < best[0]):
+            best = (i, i + len(sep))
+    return best
+
+
+def _data(block: bytes) -> str | None:
+    """An event's ``data`` (its lines joined), None when it has none (a comment)."""
+    lines = [
+        raw.partition(":")[2].removeprefix(" ")
+        for raw in block.decode("utf-8", "replace").splitlines()
+        if raw.startswith("data")
+    ]
+    return "\n".join(lines) if lines else None
+
+
+class SseFilter:
+    """Feed it a stream's bytes; it gives back the same bytes less the events whose
+    data is not JSON (`dropped` counts them)."""
+
+    __slots__ = ("_pending", "_row", "dropped", "where")
+
+    def __init__(self, where: str = "") -> None:
+        self._pending = b""
+        self._row = 0
+        self.dropped = 0
+        self.where = where  # for the warning: the request's host and path
+
+    def feed(self, data: bytes) -> bytes:
+        self._pending += data
+        out: list[bytes] = []
+        while True:
+            cut = boundary(self._pending)
+            if cut is None:
+                break
+            block, self._pending = self._pending[: cut[1]], self._pending[cut[1] :]
+            if self._good(block[: cut[0]]):
+                out.append(block)
+        return b"".join(out)
+
+    def end(self) -> bytes:
+        """The stream ended: an unfinished last event goes on as it is (the SDK's own
+        decoder says what it makes of it)."""
+        rest, self._pending = self._pending, b""
+        return rest
+
+    def _good(self, block: bytes) -> bool:
+        data = _data(block)
+        if data is None or data.strip() == "[DONE]":
+            return True
+        try:
+            json.loads(data)
+        except ValueError:
+            pass
+        else:
+            self._row = 0
+            return True
+        self.dropped += 1
+        self._row += 1
+        if self.dropped == 1:
+            logger.warning(
+                "fallgate: dropped a stream event that is not JSON%s (%d bytes); the stream "
+                "goes on (%d in a row end it)",
+                f" from {self.where}" if self.where else "",
+                len(data),
+                MALFORMED_IN_A_ROW,
+            )
+        if self._row >= MALFORMED_IN_A_ROW:
+            raise MalformedReply(f"{self._row} stream events in a row that are not JSON")
+        return False
+
+
+def _sse(response: Any) -> bool:
+    headers = response.headers
+    return headers.get("content-type", "").startswith("text/event-stream") and headers.get(
+        "content-encoding", "identity"
+    ) in ("identity", "")
+
+
+def _where(request: Any) -> str:
+    url = request.url
+    return f"{url.host}{url.path}"
+
+
+class _Filtered(transport.http.SyncByteStream):  # type: ignore[misc]
+    def __init__(self, inner: Any, f: SseFilter) -> None:
+        self._inner = inner
+        self.filter = f
+
+    def __iter__(self) -> Iterator[bytes]:
+        f = self.filter
+        for chunk in self._inner:
+            out = f.feed(chunk)
+            if out:
+                yield out
+        tail = f.end()
+        if tail:
+            yield tail
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _AsyncFiltered(transport.http.AsyncByteStream):  # type: ignore[misc]
+    def __init__(self, inner: Any, f: SseFilter) -> None:
+        self._inner = inner
+        self.filter = f
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        f = self.filter
+        async for chunk in self._inner:
+            out = f.feed(chunk)
+            if out:
+                yield out
+        tail = f.end()
+        if tail:
+            yield tail
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class FilteringTransport(transport.http.HTTPTransport):  # type: ignore[misc]
+    """The library's transport; an SSE response's events go through `SseFilter`."""
+
+    def handle_request(self, request: Any) -> Any:
+        response = super().handle_request(request)
+        if _sse(response):
+            f = response.extensions[_KEY] = SseFilter(_where(request))
+            response.stream = _Filtered(response.stream, f)
+        return response
+
+
+class AsyncFilteringTransport(transport.http.AsyncHTTPTransport):  # type: ignore[misc]
+    """The asyncio twin of `FilteringTransport`."""
+
+    async def handle_async_request(self, request: Any) -> Any:
+        response = await super().handle_async_request(request)
+        if _sse(response):
+            f = response.extensions[_KEY] = SseFilter(_where(request))
+            response.stream = _AsyncFiltered(response.stream, f)
+        return response
+
+
+def dropped_events(response: Any) -> int:
+    """How many malformed events the filter dropped from `response` (0: none, or not
+    filtered)."""
+    extensions = getattr(response, "extensions", None)
+    f = extensions.get(_KEY) if isinstance(extensions, dict) else None
+    return f.dropped if isinstance(f, SseFilter) else 0
