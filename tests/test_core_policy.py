@@ -64,6 +64,15 @@ def test_one_error_names_every_bad_field_and_value():
     assert len(info.value.problems) == 9
 
 
+@pytest.mark.parametrize("name", ["A\n", "OPENAI_API_KEY\n", "\nA"])
+def test_a_key_env_with_a_newline_is_refused_as_key_env_not_as_an_id(name):
+    """A trailing newline passed the name check ("$" matches before it) and then failed
+    as the derived credential id, at a path without the target's name."""
+    with pytest.raises(PolicyError) as info:
+        Policy.from_dict({"primary": {"provider": "openai", "model": "m", "key_env": name}})
+    assert [pr.path for pr in info.value.problems] == ["primary.key_env"]
+
+
 def test_a_secret_in_a_bad_field_is_never_shown():
     with pytest.raises(PolicyError) as info:
         Policy.from_dict({"primary": {"provider": "p", "model": "m", "api_key": "   "}})

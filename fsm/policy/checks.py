@@ -22,7 +22,7 @@ from ..errors import PolicyError, Problem
 from ..kinds import DEFAULT_RULES, FAULT_KINDS, TRAITS, OutcomeKind, Rule
 from ..redact import looks_like_key, redact
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: "$" would let "A\n" through
 
 #: The longest duration a policy may give (deadline, attempt_timeout, backoff,
 #: cooldown, retry_after_cap): one day, the longest Retry-After fallgate honours.
@@ -115,7 +115,7 @@ class Problems:
 def env_name_ok(name: object) -> bool:
     """An environment variable's name, and not a key that happens to be shaped like one
     (``gsk_...``, ``AIza...``)."""
-    return isinstance(name, str) and bool(_ENV_NAME.match(name)) and not looks_like_key(name)
+    return isinstance(name, str) and bool(_ENV_NAME.fullmatch(name)) and not looks_like_key(name)
 
 
 #: Fields that hold a key or the name of the variable that holds one.
