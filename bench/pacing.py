@@ -69,6 +69,7 @@ def _worker(args: dict[str, Any]) -> dict[str, Any]:
     lat: list[float] = []
     answered: dict[str, int] = {}
     failed = 0
+    errors: dict[str, int] = {}  # why turns failed (the first line of each), counted
     if system.startswith("fallgate"):
         import fallgate
         from fallgate import providers
@@ -142,10 +143,12 @@ def _worker(args: dict[str, Any]) -> dict[str, Any]:
         try:
             model = call()
             answered[model] = answered.get(model, 0) + 1
-        except Exception:
+        except Exception as e:
             failed += 1
+            why = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            errors[why] = errors.get(why, 0) + 1
         lat.append(time.monotonic() - t0)
-    return {"answered": answered, "failed": failed, "latency": lat}
+    return {"answered": answered, "failed": failed, "latency": lat, "errors": errors}
 
 
 def _run(
@@ -200,9 +203,12 @@ def _run(
     sent = refused + sum(charged.values())
     lat = sorted(x for r in results for x in r["latency"])
     answered: dict[str, int] = {}
+    errors: dict[str, int] = {}
     for r in results:
         for m, k in r["answered"].items():
             answered[m] = answered.get(m, 0) + k
+        for why, k in r.get("errors", {}).items():
+            errors[why] = errors.get(why, 0) + k
     quota = 2 * R * (seconds / WINDOW)
     return {
         "system": system,
@@ -216,6 +222,7 @@ def _run(
         "p50_ms": round(1000 * statistics.median(lat), 1) if lat else None,
         "p99_ms": round(1000 * lat[int(0.99 * (len(lat) - 1))], 1) if lat else None,
         "seconds": round(seconds, 1),
+        "errors": errors,
     }
 
 
@@ -238,6 +245,9 @@ def measure(log: Any = print, quick: bool = False) -> dict[str, Any]:
             log(f"  {system} ...")
             rows.append(_run(system, redis, seconds, workers))
     log(table(rows))
+    for r in rows:
+        for why, k in sorted(r["errors"].items(), key=lambda kv: -kv[1])[:3]:
+            log(f"  {r['system']}: {k} failed: {why}")
     return {"rows": rows, "setup": {
         "workers": workers, "seconds": seconds, "window": WINDOW, "requests_per_key": R,
         "tokens_per_key": T, "keys": 2, "fallback_requests": FALLBACK_R,
