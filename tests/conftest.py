@@ -2,7 +2,10 @@
 
 * ``ci`` (the default): a meaningful budget that keeps the whole suite in minutes —
   property tests get 200 examples; the stateful turn fuzzer 200 runs of up to 60 steps.
-* ``fuzz`` (``make fuzz``): 5000 examples / runs of up to 200 steps, no deadline.
+  Derandomized: every run of the suite tries the same examples, so a red run is a
+  change's doing, never the draw's (a fresh clone has no example database to replay).
+* ``fuzz`` (``make fuzz``): 5000 random examples / runs of up to 200 steps, no deadline:
+  where new counterexamples are looked for (each found one becomes an ``@example``).
 * ``dev``: 20 examples, for quick local iterations.
 
 Select one with ``HYPOTHESIS_PROFILE=fuzz`` (or pytest's ``--hypothesis-profile``).
@@ -24,6 +27,7 @@ settings.register_profile(
     max_examples=200,
     stateful_step_count=60,
     deadline=None,
+    derandomize=True,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )

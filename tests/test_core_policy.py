@@ -73,6 +73,30 @@ def test_a_key_env_with_a_newline_is_refused_as_key_env_not_as_an_id(name):
     assert [pr.path for pr in info.value.problems] == ["primary.key_env"]
 
 
+def test_a_short_key_inside_a_field_name_leaves_the_path_readable():
+    """A 4-character api_key ("prov") is masked wherever it is typed, but not inside the
+    name of a field ("fallback_providers[0].model" read as "***[0].model")."""
+    with pytest.raises(PolicyError) as info:
+        Policy.from_dict(
+            {
+                "primary": {"provider": "openai", "model": ""},
+                "fallback_providers": [{"provider": "openai", "model": "", "api_key": "prov"}],
+            }
+        )
+    paths = [pr.path for pr in info.value.problems]
+    assert paths == ["primary.model", "fallback_providers[0].model"]
+
+
+def test_a_key_typed_as_a_field_name_is_masked_in_the_path():
+    key = "sk-live-typed-as-a-name-0123456789"
+    with pytest.raises(PolicyError) as info:
+        Policy.from_dict({"primary": {"provider": "openai", "model": "m", "api_key": key, key: 1}})
+    assert key not in str(info.value)
+    assert any(pr.path == "primary.***" for pr in info.value.problems), [
+        pr.path for pr in info.value.problems
+    ]
+
+
 def test_a_secret_in_a_bad_field_is_never_shown():
     with pytest.raises(PolicyError) as info:
         Policy.from_dict({"primary": {"provider": "p", "model": "m", "api_key": "   "}})

@@ -15,12 +15,13 @@ import math
 import re
 import unicodedata
 import urllib.parse
+from collections.abc import Iterable
 
 import attrs
 
 from ..errors import PolicyError, Problem
 from ..kinds import DEFAULT_RULES, FAULT_KINDS, TRAITS, OutcomeKind, Rule
-from ..redact import looks_like_key, redact
+from ..redact import MASK, looks_like_key, redact
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: "$" would let "A\n" through
 
@@ -69,6 +70,24 @@ def url_problem(value: object) -> str | None:
     return None
 
 
+_SEGMENTS = re.compile(r"(\.|\[\d+\])")
+
+
+def redact_path(path: str, secrets: Iterable[str]) -> str:
+    """`path` with a key typed as a field's name masked, segment by segment: a segment
+    that is a key, or holds one of at least 8 characters, or is shaped like one. A short
+    key inside a field's own name ("prov" in ``fallback_providers``) leaves it readable."""
+    out = []
+    for part in _SEGMENTS.split(path):
+        if not part or _SEGMENTS.fullmatch(part):
+            out.append(part)
+        elif any(s == part or (len(s) >= 8 and s in part) for s in secrets):
+            out.append(MASK)
+        else:
+            out.append(redact(part))
+    return "".join(out)
+
+
 class Problems:
     """Collects problems under a path prefix; raises them together."""
 
@@ -83,7 +102,7 @@ class Problems:
             else (f"{self.prefix}.{field}")
         )
         secrets = KNOWN_SECRETS.get()
-        path = redact(path, secrets)  # a key pasted as a field name is not echoed either
+        path = redact_path(path, secrets)  # a key pasted as a field name is not echoed
         message = redact(message, secrets) if secrets else message
         if secret or _KEY_FIELD.search(path):
             # A field meant for a key (or its variable's name) is never echoed: a key

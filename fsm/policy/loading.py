@@ -27,6 +27,7 @@ from .checks import (
     env_name_ok,
     key_text_problem,
     name_problem,
+    redact_path,
     short_repr,
     url_problem,
 )
@@ -298,7 +299,7 @@ def policy_from_dict(policy: type[P], data: Mapping[str, Any]) -> P:
         clean = [
             attrs.evolve(
                 p,
-                path=redact(p.path, secrets),
+                path=redact_path(p.path, secrets),
                 value=redact(p.value, secrets),
                 message=redact(p.message, secrets),
             )
