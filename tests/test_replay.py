@@ -437,3 +437,27 @@ def test_failed_and_async_turns_are_recorded_too(tmp_path: Any) -> None:
     turns = read_turns(out.read_text())
     assert [t.events[-1].dest for t in turns] == ["failed", "done"]
     assert [t.header.first for t in turns if t.header] == [0, 0]
+
+
+@pytest.mark.parametrize("pause", [0.0, 0.5, 3.0, 30.0])
+def test_an_answer_that_ends_at_the_deadline_replays_as_an_answer(pause: float) -> None:
+    """The primary's 1 s attempt times out, then the fallback's 0.1 s answer ends at the
+    1.1 s deadline: on the clock, after a pause, that is a hair past it (float dust), and
+    the replay read the recorded latency as past its attempt's bound (a timeout)."""
+    policy = Policy.from_dict(
+        {
+            "primary": {"provider": "p0", "model": "m0", "base_url": "https://p0.test/v1",
+                        "api_key": "k0-0123456789"},
+            "fallback_providers": [{"provider": "p1", "model": "m1",
+                                    "base_url": "https://p1.test/v1", "api_key": "k1-0123456789"}],
+            "max_attempts": 1,
+            "deadline": 1.1,
+            "attempt_timeout": 1,
+            "backoff": {"initial": 0, "cap": 0, "jitter": False},
+        }
+    )  # fmt: skip
+    text = record(policy, [(pause, [("transport", None, 3.5), ("success", None, 0.1)], False)], 1)
+    report = replay(text, policy, seed=1)
+    (turn,) = report.turns
+    assert turn.recorded.end == "done"
+    assert turn.same_path and turn.replayed.end == "done"

@@ -263,7 +263,7 @@ class _Replay:
                     action = t.cancel()
                     continue
                 o, latency = answer
-                if latency > action.timeout:
+                if latency > action.timeout + _ROUNDING:  # not float dust past it
                     o = Outcome(
                         OutcomeKind.TRANSPORT,
                         detail=f"timed out: the recorded answer took {latency:g}s",
