@@ -74,18 +74,16 @@ _SEGMENTS = re.compile(r"(\.|\[\d+\])")
 
 
 def redact_path(path: str, secrets: Iterable[str]) -> str:
-    """`path` with a key typed as a field's name masked, segment by segment: a segment
-    that is a key, or holds one of at least 8 characters, or is shaped like one. A short
-    key inside a field's own name ("prov" in ``fallback_providers``) leaves it readable."""
-    out = []
-    for part in _SEGMENTS.split(path):
-        if not part or _SEGMENTS.fullmatch(part):
-            out.append(part)
-        elif any(s == part or (len(s) >= 8 and s in part) for s in secrets):
-            out.append(MASK)
-        else:
-            out.append(redact(part))
-    return "".join(out)
+    """`path` with a key typed as a field's name masked: a key of at least 8 characters
+    wherever it stands (whole or in pieces), a shorter one only as a whole segment, so a
+    short key inside a field's own name ("prov" in ``fallback_providers``) leaves it
+    readable."""
+    known = [s for s in secrets if isinstance(s, str)]
+    path = redact(path, [s for s in known if len(s) >= 8])
+    short = {s for s in known if len(s) < 8}
+    if not short:
+        return path
+    return "".join(MASK if part in short else part for part in _SEGMENTS.split(path))
 
 
 class Problems:
