@@ -120,7 +120,10 @@ def test_keepalive_on_a_plain_request_sends_newlines_before_the_json(fault_serve
 
 
 def test_endless_sends_padding_until_its_seconds_pass(fault_server):
-    fault_server.script({"models": {"m": [{"kind": "endless", "bytes": 4096, "seconds": 0.3}]}})
+    # a piece every millisecond: unpaced, an idle machine sent the 1 GiB read limit in
+    # 0.17 s, and the read stopped there, before the 0.3 s were up
+    step = {"kind": "endless", "bytes": 4096, "seconds": 0.3, "interval": 0.001}
+    fault_server.script({"models": {"m": [step]}})
     got = _post(fault_server, ASK, limit=1 << 30)
     raw = _joined(got)
     assert raw.startswith(b"HTTP/1.1 200") and b"Transfer-Encoding: chunked" in raw
