@@ -17,7 +17,7 @@ from .configuration import Live
 from .oracle import Obs
 from .search import Checker
 from .steps import ADVANCE, START_TIME, Step, step
-from .transition import Facts
+from .transition import Before
 
 
 class Monitor(Checker):
@@ -57,7 +57,7 @@ class Monitor(Checker):
     def feed(self, st: Step) -> None:
         live = self.live[0]
         h = live.turn.s.health
-        pre: Facts = h.facts()
+        pre = Before.of(h)
         self.transitions += 1
         self._fire(-1, live, st, pre)
         self.steps.append(st)

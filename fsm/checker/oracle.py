@@ -19,6 +19,7 @@ from typing import Final
 from ..core.actions import Action, Attempt, Rebuild, Wait
 from ..core.machine import DENIED, REBUILD_FAILED, START
 from ..core.state import MIN_ATTEMPT
+from ..health.records import NUMBER
 from ..health.store import HealthStore
 from ..kinds import Outcome, OutcomeKind
 from .context import Context
@@ -234,7 +235,7 @@ def observe(
         a.tried = (*a.tried, j)
         opens = health.record(ctx.keys[j]).get("opens", 0)
         counts = list(a.opened)
-        counts[j] = int(opens) if isinstance(opens, int | float) else 1 << 20
+        counts[j] = int(opens) if isinstance(opens, NUMBER) else 1 << 20
         a.opened = tuple(counts)
     a.cur = j
     a.cred = c

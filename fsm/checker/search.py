@@ -71,7 +71,7 @@ from .steps import (
     worst_jitter,
 )
 from .timing import note_wait, time_abstraction
-from .transition import Facts, Finding, TransitionRecord, health_changes
+from .transition import Before, Finding, TransitionRecord, health_changes
 from .untaken import untaken
 
 DENIED_STEP: Final = step(DENIED)
@@ -428,7 +428,7 @@ class Checker:
             if 0 <= live.obs.silent != self.kind[nid][1]:
                 events = ab.on_attempt_loud  # another target of this turn was the silent one
             events, refused = self._granted(live, events)
-        pre: Facts = h.facts()
+        pre = Before.of(h)
         new: list[int] = []
         last = len(events) - 1
         for i, ev in enumerate(events):
@@ -476,7 +476,7 @@ class Checker:
         return (DENIED_STEP,), {DENIED_STEP: live}
 
     # -- one transition, checked --------------------------------------------------------------
-    def _fire(self, nid: int, child: Live, ev: Step, pre: Facts) -> bool:
+    def _fire(self, nid: int, child: Live, ev: Step, pre: Before) -> bool:
         """Feed `ev` to `child` and judge the transition; False when there is no
         configuration to follow (the engine refused or crashed, or did something the
         declaration does not have)."""

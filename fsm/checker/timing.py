@@ -43,6 +43,7 @@ from ..core.machine import START
 from ..core.pacing import COOLING_WAITS
 from ..core.state import MIN_ATTEMPT
 from ..core.verdict import failing_for
+from ..health.records import NUMBER
 from ..kinds import TRAITS, OutcomeKind
 from ..policy.backoff import breaker_span, wake_spread
 from ..policy.model import Policy
@@ -182,7 +183,7 @@ def cooling_rest(c: Checker, s: TurnState, now: float, lo: int) -> float:
     total = 0.0
     for j in range(first, c.n):
         opens = record(keys[j]).get("opens", 0)
-        total += table[min(int(opens), top)] if isinstance(opens, int | float) else table[top]
+        total += table[min(int(opens), top)] if isinstance(opens, NUMBER) else table[top]
     return total
 
 

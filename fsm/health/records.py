@@ -108,14 +108,19 @@ TIMES: Final = ("until", "since", "lease")
 # -- reading a target record ----------------------------------------------------------------------
 
 
+#: What a record's number may be (a constant: `isinstance(v, int | float)` builds the union
+#: on every call, and these run several times per transition of the checker).
+NUMBER: Final = (int, float)
+
+
 def num(r: Record, field: str, default: float = 0.0) -> float:
     v = r.get(field)
-    return float(v) if isinstance(v, int | float) else default
+    return float(v) if isinstance(v, NUMBER) else default
 
 
 def count(r: Record, field: str) -> int:
     v = r.get(field)
-    return int(v) if isinstance(v, int | float) else 0
+    return int(v) if isinstance(v, NUMBER) else 0
 
 
 def is_half_open(r: Record, now: float) -> bool:

@@ -494,18 +494,21 @@ class HealthStore:
     # -- identity (the model checker's) -----------------------------------------------------------
     def copy(self) -> HealthStore:
         """An independent copy (same class: a deliberately broken subclass stays broken)."""
-        new = object.__new__(type(self))
-        for klass in type(self).__mro__:
-            for name in getattr(klass, "__slots__", ()):
-                if name == "__weakref__":
-                    continue
-                if name == "_lock":
-                    object.__setattr__(new, name, threading.Lock())
-                elif hasattr(self, name):
-                    value = getattr(self, name)
-                    object.__setattr__(
-                        new, name, value.copy() if isinstance(value, dict) else value
-                    )
+        cls = type(self)
+        new = object.__new__(cls)
+        names = _SLOTS.get(cls)
+        if names is None:  # the checker copies a store per transition: the walk once
+            names = _SLOTS[cls] = tuple(
+                n
+                for klass in cls.__mro__
+                for n in getattr(klass, "__slots__", ())
+                if n not in ("__weakref__", "_lock")
+            )
+        object.__setattr__(new, "_lock", threading.Lock())
+        for name in names:
+            if hasattr(self, name):
+                value = getattr(self, name)
+                object.__setattr__(new, name, value.copy() if isinstance(value, dict) else value)
         return new
 
     def key(
@@ -536,22 +539,22 @@ class HealthStore:
         records = self._targets
         count, num = fleet.count, fleet.num
         for k in targets:
-            r = records.get(k) or _EMPTY
-            if r is _EMPTY and now >= 0.0:  # (a lease at 0 is over)
+            r = records.get(k)
+            if not r and now >= 0.0:  # no record (a lease at 0 is over)
                 out += fresh
                 continue
-            out.append(min(count(r, "opens"), saturation))
+            r = r or _EMPTY
             fails = count(r, "fails")
-            age = round(now - num(r, "since"), 6)
-            if fails and age <= window:  # a failure window over counts nothing any more
-                out.append((fails, age))
-            else:
-                out.append(None)
             lease = num(r, "lease")
-            out.append((relative(lease, now, horizon), r.get("owner")) if lease > now else None)
-            out.append(min(fleet.tokens(r, size), cap))
-            n = r.get("rr")
-            out.append(None if n is None else int(n) % (sizes or {}).get(k, 1 << 30))
+            age = round(now - num(r, "since"), 6) if fails else 0.0
+            out += (
+                min(count(r, "opens"), saturation),
+                # a failure window over counts nothing any more
+                (fails, age) if fails and age <= window else None,
+                (relative(lease, now, horizon), r.get("owner")) if lease > now else None,
+                min(num(r, "tokens", size), cap),
+                None if (n := r.get("rr")) is None else int(n) % (sizes or {}).get(k, 1 << 30),
+            )
         if self.room and (paced := room.identities(self.room, credentials, now, horizon)):
             out.append(paced)
         return tuple(out)
@@ -578,6 +581,17 @@ class HealthStore:
             creds = self._cred_until.copy() if copy else self._cred_until
         return until, creds, fails
 
+    def raw_facts(
+        self, copy: bool = True
+    ) -> tuple[dict[TargetKey, Record], dict[CredKey, float]]:
+        """The target records and credential cooldowns `facts` is worked out from (a copy
+        of each dict; the records themselves are shared: they are replaced, never
+        changed)."""
+        if not copy:
+            return self._targets, self._cred_until
+        with self._lock:
+            return self._targets.copy(), self._cred_until.copy()
+
     def snapshot(self) -> dict[str, object]:
         """A copy for debugging and tests (credential ids only, never keys)."""
         with self._lock:
@@ -586,6 +600,10 @@ class HealthStore:
                 "credentials": dict(self._cred_until),
                 "headroom": {k: dict(r) for k, r in self.room.items()},
             }
+
+
+#: Per store class: the slots `HealthStore.copy` copies.
+_SLOTS: dict[type, tuple[str, ...]] = {}
 
 
 def relative(until: float, now: float, horizon: float = math.inf) -> float:
