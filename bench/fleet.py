@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gc
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from typing import Any
 
 from .scenarios import FALLBACK, PRIMARY, WARMUP, WindowedFaultServer
 from .timing import median_ratio
+from .workers import Workers
 
 MESSAGES = [{"role": "user", "content": "Say hi."}]
 WINDOW = 20.0
@@ -91,38 +91,13 @@ def _run_fleet(
 ) -> dict[str, Any]:
     srv.script({"models": {}})
     srv.set_window((PRIMARY, WINDOW))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "bench.fleet", json.dumps({
-                "base_url": srv.base_url, "store": store, "turns": turns,
-                "interval": interval, "offset": i * interval / workers,
-            })],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
+    configs = [
+        {"base_url": srv.base_url, "store": store, "turns": turns, "interval": interval,
+         "offset": i * interval / workers}
         for i in range(workers)
-    ]
-    try:
-        for p in procs:
-            assert p.stdout is not None
-            if p.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"fleet worker ({store}) did not start: {_err(p)}")
-        t0 = time.monotonic()
-        for p in procs:
-            assert p.stdin is not None
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        results = []
-        for p in procs:
-            out, err = p.communicate(timeout=300)
-            if p.returncode != 0:
-                raise RuntimeError(f"fleet worker ({store}) failed: {err[-800:]}")
-            results.append(json.loads(out.strip().splitlines()[-1]))
-        seconds = time.monotonic() - t0
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    ]  # fmt: skip
+    with Workers("bench.fleet", configs, f"fleet worker ({store})") as procs:
+        results, seconds = procs.run(timeout=300)
     primary = sorted(r.time for r in srv.requests if r.model == PRIMARY)
     in_window = [t for t in primary if t < primary[0] + WINDOW] if primary else []
     answered: dict[str, int] = {}
@@ -138,12 +113,6 @@ def _run_fleet(
     }
 
 
-def _err(p: subprocess.Popen[str]) -> str:
-    p.kill()
-    _, err = p.communicate(timeout=10)
-    return (err or "")[-800:]
-
-
 def measure_fleet(
     workers: int = 8, turns: int = 25, interval: float = 0.2, log: Any = None
 ) -> dict[str, Any]:
@@ -157,10 +126,12 @@ def measure_fleet(
                 row = _run_fleet(srv, spec, workers, turns, interval)
                 rows[name] = row
                 if log is not None:
-                    log(f"  {name:12s} primary requests in cooldown "
+                    log(
+                        f"  {name:12s} primary requests in cooldown "
                         f"{row['primary_requests_in_cooldown']}, fallback answered "
                         f"{row['answered_by_fallback']}/{workers * turns}, failed "
-                        f"{row['failed_turns']}, {row['seconds']} s")
+                        f"{row['failed_turns']}, {row['seconds']} s"
+                    )
     return {
         "workers": workers,
         "turns_per_worker": turns,

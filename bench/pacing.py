@@ -25,10 +25,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
+
+from .workers import Workers
 
 WORKERS = 8
 SECONDS = 12.0
@@ -164,40 +165,15 @@ def _run(
         import redis as redis_lib
 
         redis_lib.Redis.from_url(redis).flushall()
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "bench.pacing", json.dumps({
-                    "system": system, "base_url": srv.base_url, "redis": redis, "index": i,
-                    "seconds": seconds,
-                })],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            )
+        configs = [
+            {"system": system, "base_url": srv.base_url, "redis": redis, "index": i,
+             "seconds": seconds}
             for i in range(workers)
         ]  # fmt: skip
-        try:
-            for p in procs:
-                assert p.stdout is not None
-                if p.stdout.readline().strip() != "ready":
-                    raise RuntimeError(f"pacing worker ({system}) did not start: {p.stderr}")
+        with Workers("bench.pacing", configs, f"pacing worker ({system})") as procs:
             time.sleep(WINDOW)  # the warm-up requests' windows end
             srv.buckets.reset()
-            t0 = time.monotonic()
-            for p in procs:
-                assert p.stdin is not None
-                p.stdin.write("go\n")
-                p.stdin.flush()
-            results = []
-            for p in procs:
-                out, err = p.communicate(timeout=seconds + 120)
-                if p.returncode != 0:
-                    raise RuntimeError(f"pacing worker ({system}) failed: {err[-800:]}")
-                results.append(json.loads(out.strip().splitlines()[-1]))
-            seconds = time.monotonic() - t0
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+            results, seconds = procs.run(timeout=seconds + 120)
         refused = sum(srv.buckets.refused.values())
         charged = dict(srv.buckets.charged)
     sent = refused + sum(charged.values())

@@ -15,7 +15,6 @@ fault server on loopback, timings scaled down from real providers' (seconds, not
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import logging
 import threading
@@ -28,7 +27,7 @@ from fallgate.providers.testing.fault_server import FaultServer
 
 from fallgate import AsyncFallgate, Fallgate, TurnFailed
 
-from helpers import chain
+from helpers import chain, no_collector_pauses
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 #: Scheduling slack on a shared, loaded 2-core machine (an idle one needs 50 ms).
@@ -38,17 +37,10 @@ FAST = {"kind": "answer", "text": "fallback answer"}
 
 
 @pytest.fixture(autouse=True)
-def _no_collector_pauses_from_earlier_tests() -> Iterator[None]:
-    """The bounds here are scaled to tenths of a second, and a full collection over the
-    objects the suite's earlier tests leave in this process takes about as long (0.15 s
-    measured): a starved attempt the engine rightly treats as the client's. Freeze them
-    out of the collector's sight for these tests."""
-    gc.collect()
-    gc.freeze()
-    try:
+def _scaled_bounds() -> Iterator[None]:
+    """Every test here runs on bounds of tenths of a second."""
+    with no_collector_pauses():
         yield
-    finally:
-        gc.unfreeze()
 
 
 def _text(chunks: Any) -> str:

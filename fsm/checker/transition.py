@@ -67,15 +67,15 @@ class Before(NamedTuple):
         return cls(h.facts(), h.raw_facts())
 
 
-def health_changes(pre: Before, h: HealthStore) -> tuple[HealthChange, ...]:
+def health_changes(before: Before, h: HealthStore) -> tuple[HealthChange, ...]:
     """Every health fact the transition changed. Records are replaced, never changed in
     place (`HealthStore.copy` shares them), so equal records mean equal facts: half the
     transitions change none, and are told so without working the facts out."""
     targets, creds = h.raw_facts(copy=False)
-    if targets == pre.raw[0] and creds == pre.raw[1]:
+    if targets == before.raw[0] and creds == before.raw[1]:
         return ()
     post: Facts = h.facts(copy=False)
-    pre = pre.facts  # type: ignore[assignment]
+    pre = before.facts
     if pre[0] == post[0] and pre[1] == post[1] and pre[2] == post[2]:
         return ()
     out: list[HealthChange] = []
