@@ -138,16 +138,21 @@ def health_class(c: Checker, h: HealthStore, now: float) -> tuple[Any, ...]:
     targets, creds = c.class_slots[upto]
     k = h.key(now, targets, creds, c.long, c.sat, c.sizes, c.tokens, c.window)
     n = len(targets) + len(creds)
-    running = tuple(0 if v == 0 else (2 if v == math.inf else 1) for v in k[:n])
+    inf = math.inf
+    out = [upto]
+    out += [0 if v == 0 else (2 if v == inf else 1) for v in k[:n]]
     rest = _leases(k[n:], len(targets), "")
+    m = PER_TARGET * len(targets)
     if c.reduce and c.follow_events <= 2:  # a next turn's first outcome asks for one token
-        rest = tuple(
-            (1.0 if x >= 1.0 else 0.0) if p % PER_TARGET == TOKENS_AT else x
-            for p, x in enumerate(rest)
-        )
-    if len(rest) > PER_TARGET * len(targets):  # the headroom records
-        rest = (*rest[:-1], next_turn_class(rest[-1]))
-    return (upto, *running, *rest)
+        rest = list(rest)
+        for p in range(TOKENS_AT, m, PER_TARGET):
+            rest[p] = 1.0 if rest[p] >= 1.0 else 0.0
+    if len(rest) > m:  # the headroom records
+        out += rest[:-1]
+        out.append(next_turn_class(rest[-1]))
+    else:
+        out += rest
+    return tuple(out)
 
 
 #: Entries per target in the second part of `HealthStore.key` (openings, failures, lease,

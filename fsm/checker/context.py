@@ -95,6 +95,7 @@ class Context:
     triples: frozenset[tuple[str, str, str]]  # every declared (source, trigger, dest)
     state_names: frozenset[str]
     leak: re.Pattern[str]  # any secret of the policy, or a canary
+    secrets: tuple[str, ...]  # the same, longest first (`in` is 4x a search: hot path)
     # per target j: j and the targets identical to it (a turn that tried one skips j)
     twins: tuple[frozenset[int], ...]
     # ids of targets and credentials whose repr was already scanned for secrets: a memo
@@ -124,6 +125,7 @@ class Context:
             triples=frozenset((t.source, t.trigger, t.dest) for t in decl.edges()),
             state_names=frozenset(st.name for st in decl.states),
             leak=re.compile("|".join(re.escape(s) for s in secrets)),
+            secrets=tuple(secrets),
             twins=tuple(
                 frozenset({j} | {k for k, u in enumerate(targets) if u.same_as(t)})
                 for j, t in enumerate(targets)
