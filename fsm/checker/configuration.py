@@ -139,9 +139,9 @@ def health_class(c: Checker, h: HealthStore, now: float) -> tuple[Any, ...]:
     k = h.key(now, targets, creds, c.long, c.sat, c.sizes, c.tokens, c.window)
     n = len(targets) + len(creds)
     inf = math.inf
-    out = [upto]
+    out: list[Any] = [upto]
     out += [0 if v == 0 else (2 if v == inf else 1) for v in k[:n]]
-    rest = _leases(k[n:], len(targets), "")
+    rest: list[Any] | tuple[Any, ...] = _leases(k[n:], len(targets), "")
     m = PER_TARGET * len(targets)
     if c.reduce and c.follow_events <= 2:  # a next turn's first outcome asks for one token
         rest = list(rest)

@@ -96,6 +96,9 @@ class Context:
     state_names: frozenset[str]
     leak: re.Pattern[str]  # any secret of the policy, or a canary
     secrets: tuple[str, ...]  # the same, longest first (`in` is 4x a search: hot path)
+    # no secret has a character `repr` escapes (nor a quote): a key in a repr is then in
+    # the string it was made from, and reprs need no scan of their own
+    plain: bool
     # per target j: j and the targets identical to it (a turn that tried one skips j)
     twins: tuple[frozenset[int], ...]
     # ids of targets and credentials whose repr was already scanned for secrets: a memo
@@ -126,6 +129,7 @@ class Context:
             state_names=frozenset(st.name for st in decl.states),
             leak=re.compile("|".join(re.escape(s) for s in secrets)),
             secrets=tuple(secrets),
+            plain=all(repr(x)[1:-1] == x and "'" not in x and '"' not in x for x in secrets),
             twins=tuple(
                 frozenset({j} | {k for k, u in enumerate(targets) if u.same_as(t)})
                 for j, t in enumerate(targets)

@@ -474,20 +474,15 @@ def secrets_never_leak(rec: TransitionRecord) -> Finding | None:
     (and the repr of its target and credential), its error."""
     te = rec.te
     action = rec.action
-    parts = [
-        te.source,
-        te.event,
-        te.dest,
-        te.action,
-        te.detail,
-        te.target or "",
-        te.model or "",
-        te.credential or "",
-    ]
+    parts = [te.source, te.event, te.dest, te.action, te.detail]
+    parts += [te.target or "", te.model or "", te.credential or ""]
     cls = type(action)
     if cls is Fail:
         err = action.error  # type: ignore[union-attr]
-        parts += [str(err), repr(err), repr(err.reasons), err.summary]
+        text = str(err)  # its summary, every reason and the partial output's length
+        parts += [text] if rec.ctx.plain else [text, repr(err), repr(err.reasons)]
+        if err.summary not in text:
+            parts.append(err.summary)
     elif cls is Attempt or cls is Rebuild:
         objs: tuple[Any, ...] = (action.target,)  # type: ignore[union-attr]
         if cls is Attempt:
@@ -500,10 +495,7 @@ def secrets_never_leak(rec: TransitionRecord) -> Finding | None:
     elif cls is Wait:
         parts.append(action.reason)  # type: ignore[union-attr]
     text = "\x00".join(parts)
-    for secret in rec.ctx.secrets:
-        if secret in text:
-            break
-    else:
+    if not any(secret in text for secret in rec.ctx.secrets):
         return None
     leak = rec.ctx.leak
     m = leak.search(text)

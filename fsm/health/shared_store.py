@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from . import headroom as room
 from . import records as fleet
 from .backend import Backend, Record, Records, StoreUnavailable
-from .store import AttemptView, HealthStore, TurnView, Update, no_headroom, refusal
+from .grants import AttemptView, TurnView, Update, no_headroom, refusal
+from .store import HealthStore
 
 if TYPE_CHECKING:
     from ..policy.model import Target

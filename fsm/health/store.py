@@ -29,60 +29,24 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from . import headroom as room
 from . import records as fleet
 from .backend import Record
+from .grants import AttemptView, TurnView, Update, grant_update, no_headroom, refusal, take_grant
 
 if TYPE_CHECKING:
     from ..catalogue.ratelimit import Limits
     from ..policy.model import Credential, Policy
-    from ..policy.targets import Target
 
 TargetKey = Hashable
-
-
-class TurnView(Protocol):
-    """What the store reads of a turn (`fsm.core.state.TurnState` is one): the store sits
-    below the core, so it names the few facts it needs instead of the core's class."""
-
-    owner: str  # the turn's id as a lease holder ("" until `HealthStore.owner` makes it)
-    #: the headroom reservation of the attempt in flight: (target key, health id, id)
-    reserved: tuple[Hashable, str, str] | None
-    cost: float | None  # the tokens one attempt is expected to use (None: pacing off)
-
-    @property
-    def policy(self) -> Policy: ...
-    @property
-    def first(self) -> int: ...
-    @property
-    def clock(self) -> Callable[[], float]: ...
-
-
-class AttemptView(Protocol):
-    """What the store reads of an attempt (`fsm.core.actions.Attempt` is one)."""
-
-    @property
-    def target(self) -> Target: ...
-    @property
-    def number(self) -> int: ...
-    @property
-    def probe(self) -> bool: ...
-    @property
-    def retry(self) -> bool: ...
-    @property
-    def credential(self) -> Credential: ...
-    @property
-    def timeout(self) -> float: ...
 
 
 CredKey = tuple[Hashable, str]
 _EMPTY: Final[Record] = {}
 _OWNERS: Final = itertools.count(1)
-#: A pure update of one record at `now` (`fsm.health.records`); None refuses.
-Update = Callable[[Record, float], "Record | None"]
 
 
 def _advance(r: Record, now: float) -> Record:
@@ -94,44 +58,6 @@ def _clear(r: Record, now: float) -> Record:
 
 
 _CLEAR: Final = _clear
-
-
-def take_grant(
-    r: Record, now: float, policy: Policy, probe: bool, retry: bool, owner: str
-) -> Record | None:
-    """The check-and-take of one attempt's grant: refused while the target's breaker is
-    open (another turn's report opened it after this attempt was decided), or half-open
-    unless the attempt is its probe; a probe takes the lease, a retry a token."""
-    # records in fsm hold numbers only (a shared store's pull checks them): plain gets
-    if r.get("until", 0.0) > now:  # type: ignore[operator]
-        return None
-    if probe:
-        out = fleet.acquire(r, now, owner, fleet.lease_for(policy))
-        return fleet.spend(out, policy) if retry and out is not None else out
-    if r.get("opens"):
-        return None  # half-open: only its probe may call it
-    return fleet.spend(r, policy) if retry else r
-
-
-def grant_update(policy: Policy, probe: bool, retry: bool, owner: str) -> Update:
-    """`take_grant` as a pure update of one record."""
-    return lambda r, now: take_grant(r, now, policy, probe, retry, owner)
-
-
-def no_headroom(a: AttemptView, r: Record, now: float, cost: float) -> str:
-    """Why a reservation was refused: which limit of the key is used up, and its reset."""
-    return f"{a.credential.id} of {a.target.name} has no headroom: {room.why_empty(r, now, cost)}"
-
-
-def refusal(a: AttemptView, r: Record, now: float, owner: str) -> str:
-    """Why the store refused attempt `a` (its target's record `r` as the grant saw it)."""
-    if fleet.num(r, "until") > now:
-        return f"{a.target.name}'s breaker opened ({fleet.num(r, 'until') - now:.1f}s left)"
-    if not a.probe and fleet.count(r, "opens") > 0:
-        return f"{a.target.name} is half-open: only its probe may call it"
-    if a.probe and not fleet.probe_free(r, now, owner):
-        return f"{a.target.name} is half-open and another turn is probing it"
-    return f"the retry budget of {a.target.name} is empty"
 
 
 class HealthStore:
@@ -496,15 +422,20 @@ class HealthStore:
         """An independent copy (same class: a deliberately broken subclass stays broken)."""
         cls = type(self)
         new = object.__new__(cls)
+        new._lock = threading.Lock()
+        new._targets = self._targets.copy()
+        new._cred_until = self._cred_until.copy()
+        new._cause = self._cause.copy()
+        new.room = self.room.copy()
         names = _SLOTS.get(cls)
-        if names is None:  # the checker copies a store per transition: the walk once
+        if names is None:  # a subclass's own slots, found once (the checker copies a lot)
             names = _SLOTS[cls] = tuple(
                 n
                 for klass in cls.__mro__
+                if klass is not HealthStore
                 for n in getattr(klass, "__slots__", ())
-                if n not in ("__weakref__", "_lock")
+                if n != "__weakref__"
             )
-        object.__setattr__(new, "_lock", threading.Lock())
         for name in names:
             if hasattr(self, name):
                 value = getattr(self, name)
@@ -581,9 +512,7 @@ class HealthStore:
             creds = self._cred_until.copy() if copy else self._cred_until
         return until, creds, fails
 
-    def raw_facts(
-        self, copy: bool = True
-    ) -> tuple[dict[TargetKey, Record], dict[CredKey, float]]:
+    def raw_facts(self, copy: bool = True) -> tuple[dict[TargetKey, Record], dict[CredKey, float]]:
         """The target records and credential cooldowns `facts` is worked out from (a copy
         of each dict; the records themselves are shared: they are replaced, never
         changed)."""

@@ -44,6 +44,23 @@ class Closed(Exception):
     """The client went away or the server is stopping: stop writing."""
 
 
+@attrs.frozen
+class Asked:
+    """One POST as the steps read it: which step of the model's script it drew
+    (`index`), the API shape of its endpoint, its model, whether it streams, its body."""
+
+    index: int | None
+    api: str
+    model: str
+    stream: bool
+    request: Mapping[str, Any]
+
+    @property
+    def step(self) -> str:
+        """The step it drew, in words for a script error."""
+        return f"the step for model {self.model!r} (index {self.index})"
+
+
 class Handler(BaseHTTPRequestHandler):
     """One client connection (HTTP/1.1 keep-alive): ``GET /v1/models[/ID]``, and
     ``POST`` to each of `ROUTES`, answered by the model's next step."""
@@ -176,7 +193,7 @@ class Handler(BaseHTTPRequestHandler):
                 owner.buckets, model, api_key, step, request
             ):
                 return
-            self._play(step, index, api, model, stream, request)
+            self._play(step, Asked(index, api, model, stream, request))
         except (Closed, OSError):
             self.close_connection = True
 
@@ -240,24 +257,16 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- steps
 
-    def _play(
-        self,
-        step: Step,
-        index: int | None,
-        api: str,
-        model: str,
-        stream: bool,
-        request: Mapping[str, Any],
-    ) -> None:
+    def _play(self, step: Step, asked: Asked) -> None:
         if step.delay:
             self._hold(step.delay)
         kind = step.kind
         if kind in ("answer", "tool_calls", "stream"):
-            self._reply(step, index, api, model, stream, request)
+            self._reply(step, asked)
         elif kind == "sse":
-            self._sse(step, index, api, model, stream)
+            self._sse(step, asked)
         elif kind in ("continue", "refuse_prefix"):
-            self._prefixed(step, index, api, model, stream, request)
+            self._prefixed(step, asked)
         elif kind == "status":
             body = step.body
             if body is None:
@@ -277,7 +286,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         elif kind == "drop_mid_body":
             self.close_connection = True
-            full = json.dumps(self._body(step, api, model, request)).encode()
+            full = json.dumps(self._body(step, asked)).encode()
             self._send(200, full[: len(full) // 2], "application/json", length=len(full))
         elif kind == "invalid_json":
             body = step.body if step.body is not None else replies.BROKEN_JSON
@@ -285,26 +294,18 @@ class Handler(BaseHTTPRequestHandler):
         elif kind == "empty":
             self._send(200, b"", "application/json")
         elif kind in TRICKLES:
-            self._trickle(step, index, api, model, stream, request)
+            self._trickle(step, asked)
 
     # -- slow servers
 
-    def _render(
-        self,
-        step: Step,
-        index: int | None,
-        api: str,
-        model: str,
-        stream: bool,
-        request: Mapping[str, Any],
-    ) -> bytes:
+    def _render(self, step: Step, asked: Asked) -> bytes:
         """The bytes (status line, headers, body) an ``answer`` with this step's text
         would send, captured instead of sent."""
         answer = Step(kind="answer", text=step.text)
         real, buf = self.wfile, io.BytesIO()
         self.wfile = buf
         try:
-            self._reply(answer, index, api, model, stream, request)
+            self._reply(answer, asked)
         finally:
             self.wfile = real
         return buf.getvalue()
@@ -319,23 +320,15 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(data[i : i + size])
             self.wfile.flush()
 
-    def _trickle(
-        self,
-        step: Step,
-        index: int | None,
-        api: str,
-        model: str,
-        stream: bool,
-        request: Mapping[str, Any],
-    ) -> None:
+    def _trickle(self, step: Step, asked: Asked) -> None:
         """A slow server: ``trickle_headers``, ``trickle_body``, ``keepalive``, ``endless``."""
         self.close_connection = True  # a padded or endless reply never leaves a reusable socket
         interval = step.interval or (0.0 if step.kind == "endless" else TRICKLE_INTERVAL)
         pieces = max(1, math.ceil(step.seconds / interval)) if interval else 0
         if step.kind == "endless":
-            self._endless(step, stream, interval)
+            self._endless(step, asked.stream, interval)
             return
-        whole = self._render(step, index, api, model, stream, request)
+        whole = self._render(step, asked)
         head, _, body = whole.partition(b"\r\n\r\n")
         status_line, _, fields = head.partition(b"\r\n")
         if step.kind == "trickle_headers":
@@ -344,7 +337,7 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
             self.wfile.flush()
             return
-        if stream:  # chunked SSE: the padding is a comment chunk (keepalive: many)
+        if asked.stream:  # chunked SSE: the padding is a comment chunk (keepalive: many)
             if step.kind == "trickle_body":
                 comment = b": " + b"." * max(1, pieces) + b"\n\n"
                 self.wfile.write(head + b"\r\n\r\n")
@@ -390,36 +383,30 @@ class Handler(BaseHTTPRequestHandler):
             if interval:
                 self._hold(interval)
 
-    def _body(self, step: Step, api: str, model: str, request: Mapping[str, Any]) -> dict[str, Any]:
+    def _body(self, step: Step, asked: Asked) -> dict[str, Any]:
         """The whole JSON reply of an answer (or tool calls) on this endpoint."""
         calls = replies.identify(step.tool_calls)
-        if api == "responses":
-            return responses.response(model, request, step.text, calls)
-        if api == "embeddings":
-            inputs = replies.embedding_inputs(request.get("input")) or [""]
-            dims = request.get("dimensions", replies.EMBEDDING_DIMENSIONS)
-            encoding = request.get("encoding_format", "float")
-            return replies.embeddings(model, inputs, dims, encoding)
-        cached = self.server.owner.prompt_cache.read(self._api_key, request)
-        return replies.completion(model, step.text, step.finish_reason, request, calls, cached)
+        if asked.api == "responses":
+            return responses.response(asked.model, asked.request, step.text, calls)
+        if asked.api == "embeddings":
+            inputs = replies.embedding_inputs(asked.request.get("input")) or [""]
+            dims = asked.request.get("dimensions", replies.EMBEDDING_DIMENSIONS)
+            encoding = asked.request.get("encoding_format", "float")
+            return replies.embeddings(asked.model, inputs, dims, encoding)
+        cached = self.server.owner.prompt_cache.read(self._api_key, asked.request)
+        return replies.completion(
+            asked.model, step.text, step.finish_reason, asked.request, calls, cached
+        )
 
-    def _reply(
-        self,
-        step: Step,
-        index: int | None,
-        api: str,
-        model: str,
-        stream: bool,
-        request: Mapping[str, Any],
-    ) -> None:
+    def _reply(self, step: Step, asked: Asked) -> None:
         """An ``answer``, ``tool_calls`` or ``stream`` step on this endpoint."""
-        where = f"the step for model {model!r} (index {index}) is a {step.kind} step"
-        if api == "embeddings" and step.kind != "answer":
+        where = f"{asked.step} is a {step.kind} step"
+        if asked.api == "embeddings" and step.kind != "answer":
             self._error(400, f"fault script: {where}, which /v1/embeddings cannot answer")
-        elif step.kind == "stream" and not stream:
+        elif step.kind == "stream" and not asked.stream:
             self._error(400, f"fault script: {where}, but the request did not ask for stream=true")
-        elif not stream:
-            self._json(200, self._body(step, api, model, request), step.headers)
+        elif not asked.stream:
+            self._json(200, self._body(step, asked), step.headers)
         else:
             calls = replies.identify(step.tool_calls)
             if step.kind == "stream":
@@ -431,35 +418,20 @@ class Handler(BaseHTTPRequestHandler):
                 pieces, then = replies.answer_pieces(step.text, step.chunks), "done"
             # a tool_calls step's `chunks`: how many pieces each call's arguments come in
             args = step.chunks if step.kind == "tool_calls" and isinstance(step.chunks, int) else 3
-            if api == "responses":
-                self._stream_responses(step, model, request, pieces, calls, args, then)
+            if asked.api == "responses":
+                self._stream_responses(step, asked.model, asked.request, pieces, calls, args, then)
             else:
                 deltas = replies.chat_deltas(pieces, calls, args)
                 said = replies.spoken("".join(pieces), calls)
-                self._stream_chat(step, model, request, deltas, said, then)
+                self._stream_chat(step, asked.model, asked.request, deltas, said, then)
 
-    def _prefixed(
-        self,
-        step: Step,
-        index: int | None,
-        api: str,
-        model: str,
-        stream: bool,
-        request: Mapping[str, Any],
-    ) -> None:
+    def _prefixed(self, step: Step, asked: Asked) -> None:
         """A ``continue`` or ``refuse_prefix`` step: what it answers depends on whether
         the request ends with an assistant message (a continuation's prefix)."""
-        prefix = replies.assistant_prefix(request, api)
+        prefix = replies.assistant_prefix(asked.request, asked.api)
         if step.kind == "refuse_prefix":
             if prefix is None:
-                self._reply(
-                    attrs.evolve(step, kind="answer", status=200),
-                    index,
-                    api,
-                    model,
-                    stream,
-                    request,
-                )
+                self._reply(attrs.evolve(step, kind="answer", status=200), asked)
                 return
             body = step.body if step.body is not None else replies.PREFIX_REFUSED
             self._send(step.status, json.dumps(body).encode(), "application/json", step.headers)
@@ -469,19 +441,19 @@ class Handler(BaseHTTPRequestHandler):
             if not text.startswith(prefix):
                 self._error(
                     400,
-                    f"fault script: the step for model {model!r} (index {index}) continues "
+                    f"fault script: {asked.step} continues "
                     f"{text[:40]!r}..., but the assistant prefix is {prefix[:40]!r}... "
                     f"({len(prefix)} characters): not the start of the text",
                 )
                 return
             text = prefix[len(prefix) - min(step.echo, len(prefix)) :] + text[len(prefix) :]
         answer = attrs.evolve(step, kind="answer", text=text, chunks=step.chunks)
-        self._reply(answer, index, api, model, stream, request)
+        self._reply(answer, asked)
 
-    def _sse(self, step: Step, index: int | None, api: str, model: str, stream: bool) -> None:
+    def _sse(self, step: Step, asked: Asked) -> None:
         """An ``sse`` step: its events as they are (Responses events named by their type)."""
-        if not stream or api == "embeddings":
-            where = f"the step for model {model!r} (index {index}) is an sse step"
+        if not asked.stream or asked.api == "embeddings":
+            where = f"{asked.step} is an sse step"
             self._error(400, f"fault script: {where}, but the request did not ask for stream=true")
             return
         self._open_stream("done" if step.done else "cut", step.headers)
@@ -492,7 +464,9 @@ class Handler(BaseHTTPRequestHandler):
                 self._event(event.encode())
             else:
                 kind = event.get("type") if isinstance(event, dict) else None
-                self._event(event, kind if api == "responses" and isinstance(kind, str) else None)
+                self._event(
+                    event, kind if asked.api == "responses" and isinstance(kind, str) else None
+                )
         if step.done:
             self._event(b"[DONE]")
             self._chunk(b"")
