@@ -37,6 +37,7 @@ The rules:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -79,6 +80,7 @@ def headroom_key(target: Any, health_id: str) -> str:
     return "h|" + "|".join(quote(p, safe=":/") for p in (*target, health_id))
 
 
+@functools.lru_cache(maxsize=4096)  # parsed on every pull, like `records.parse_key`
 def parse_headroom_key(key: str) -> tuple[tuple[str, str], str] | None:
     parts = key.split("|")
     if parts[0] != "h" or len(parts) != 4:

@@ -42,6 +42,7 @@ continuation) takes one token; a success puts ``retry_budget.refill`` back, up t
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 from urllib.parse import quote, unquote
 
@@ -86,6 +87,7 @@ def credential_key(key: tuple[str, str], health_id: str) -> str:
     return f"c|{_part(key[0])}|{_part(key[1])}|{_part(health_id)}"
 
 
+@functools.lru_cache(maxsize=4096)  # a shared store parses its chain's keys on every pull
 def parse_key(key: str) -> tuple[tuple[str, str], str | None] | None:
     """(`Target.key`, credential health id or None) of a shared key; None if not ours."""
     parts = key.split("|")
