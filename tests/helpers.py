@@ -125,3 +125,21 @@ def no_collector_pauses() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+def chat_text(gate: Any, messages: Any, *, stream: bool) -> str:
+    """One chat turn on a `Fallgate` (streamed or not): the text the caller got."""
+    if stream:
+        with gate.chat.completions.create(messages=messages, stream=True) as s:
+            return "".join(c.choices[0].delta.content or "" for c in s if c.choices)
+    return str(gate.chat.completions.create(messages=messages).choices[0].message.content)
+
+
+async def achat_text(gate: Any, messages: Any, *, stream: bool) -> str:
+    """`chat_text` on an `AsyncFallgate`."""
+    if stream:
+        s = await gate.chat.completions.create(messages=messages, stream=True)
+        async with s:
+            return "".join([c.choices[0].delta.content or "" async for c in s if c.choices])
+    reply = await gate.chat.completions.create(messages=messages)
+    return str(reply.choices[0].message.content)

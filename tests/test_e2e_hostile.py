@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from fallgate import AsyncFallgate, Fallgate, TurnFailed
 
-from helpers import chain, no_collector_pauses
+from helpers import achat_text, chain, chat_text, no_collector_pauses
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 MODELS = ("m0", "m1", "m2")
@@ -113,26 +113,12 @@ def _turns(policy: Any, n: int, *, use_async: bool, stream: bool) -> list[tuple[
     health = HealthStore()
     out: list[tuple[Any, float]] = []
 
-    async def ago(gate: AsyncFallgate) -> str:
-        if stream:
-            s = await gate.chat.completions.create(messages=MESSAGES, stream=True)
-            async with s:
-                return "".join([c.choices[0].delta.content or "" async for c in s if c.choices])
-        reply = await gate.chat.completions.create(messages=MESSAGES)
-        return str(reply.choices[0].message.content)
-
-    def go(gate: Fallgate) -> str:
-        if stream:
-            with gate.chat.completions.create(messages=MESSAGES, stream=True) as s:
-                return "".join(c.choices[0].delta.content or "" for c in s if c.choices)
-        return str(gate.chat.completions.create(messages=MESSAGES).choices[0].message.content)
-
     async def amain() -> None:
         async with AsyncFallgate(policy, health=health) as gate:
             for _ in range(n):
                 t0 = time.monotonic()
                 try:
-                    result: Any = await ago(gate)
+                    result: Any = await achat_text(gate, MESSAGES, stream=stream)
                 except Exception as e:
                     result = e
                 out.append((result, time.monotonic() - t0))
@@ -144,7 +130,7 @@ def _turns(policy: Any, n: int, *, use_async: bool, stream: bool) -> list[tuple[
             for _ in range(n):
                 t0 = time.monotonic()
                 try:
-                    result = go(gate)
+                    result = chat_text(gate, MESSAGES, stream=stream)
                 except Exception as e:
                     result = e
                 out.append((result, time.monotonic() - t0))

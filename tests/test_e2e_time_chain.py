@@ -27,7 +27,7 @@ from fallgate.providers.testing.fault_server import FaultServer
 
 from fallgate import AsyncFallgate, Fallgate, TurnFailed
 
-from helpers import chain, no_collector_pauses
+from helpers import achat_text, chain, chat_text, no_collector_pauses
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 #: Scheduling slack on a shared, loaded 2-core machine (an idle one needs 50 ms).
@@ -43,10 +43,6 @@ def _scaled_bounds() -> Iterator[None]:
         yield
 
 
-def _text(chunks: Any) -> str:
-    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-
-
 def _silent_policy(server: Any, **fields: Any) -> Any:
     return chain("silent", "fast", server=server, **fields)
 
@@ -56,25 +52,14 @@ def _turn(policy: Any, *, use_async: bool, stream: bool) -> tuple[str, float]:
 
     async def agoes() -> str:
         async with AsyncFallgate(policy) as gate:
-            if stream:
-                s = await gate.chat.completions.create(messages=MESSAGES, stream=True)
-                async with s:
-                    return "".join([c.choices[0].delta.content or "" async for c in s if c.choices])
-            reply = await gate.chat.completions.create(messages=MESSAGES)
-            return str(reply.choices[0].message.content)
+            return await achat_text(gate, MESSAGES, stream=stream)
 
     t0 = time.monotonic()
     if use_async:
         text = asyncio.run(agoes())
     else:
         with Fallgate(policy) as gate:
-            if stream:
-                with gate.chat.completions.create(messages=MESSAGES, stream=True) as s:
-                    text = _text(s)
-            else:
-                text = str(
-                    gate.chat.completions.create(messages=MESSAGES).choices[0].message.content
-                )
+            text = chat_text(gate, MESSAGES, stream=stream)
     return text, time.monotonic() - t0
 
 
