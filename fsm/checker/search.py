@@ -189,6 +189,7 @@ class Checker:
         self.complete = True
         self.edge_log: dict[tuple[Any, Step], tuple[Any, tuple[Any, ...]]] = {}
         self.audit = KeyAudit(audit_budget, self._feed_copy, self._clone)
+        self.end_memo: list[Any] | None = None  # see `configuration.end_class`
 
     # -- turns --------------------------------------------------------------------------------
     def _new_turn(self, health: HealthStore, clock: VirtualClock) -> TurnBase:
@@ -429,6 +430,10 @@ class Checker:
                 events = ab.on_attempt_loud  # another target of this turn was the silent one
             events, refused = self._granted(live, events)
         pre = Before.of(h)
+        # a plain store's records then, for the ends that change none (`end_class`)
+        self.end_memo = (
+            [live.clock.t, *pre.raw, None] if type(h) is HealthStore and not h.room else None
+        )
         new: list[int] = []
         last = len(events) - 1
         for i, ev in enumerate(events):
