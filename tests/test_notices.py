@@ -108,3 +108,36 @@ def test_a_turn_that_enters_no_target_still_fails_as_a_turn(fault_server: FaultS
         with pytest.raises(TurnFailed, match="cooling"):
             gate.chat.completions.create(messages=MSG)  # nothing to enter; no notice breaks
     assert fault_server.counts == {"a": 1}
+
+
+def test_a_turn_with_nothing_new_to_report_is_read_without_building_its_trace(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Reading a finished turn for news builds no `TraceEvent` (nor its detail text) when
+    there is none: the second turn falling back for the same reason says nothing, and
+    its trace is still unbuilt when the turn returns."""
+    from fallgate.fsm import HealthStore, Policy, Target, VirtualClock, run
+    from fallgate.fsm.policy.model import Credential
+
+    policy = Policy(
+        [
+            Target("p", "a", "http://127.0.0.1:9/v1", credentials=[Credential.literal("sk-a")]),
+            Target("p", "b", "http://127.0.0.1:9/v1", credentials=[Credential.literal("sk-b")]),
+        ],
+        max_attempts=1,
+    )
+
+    class Unavailable(Exception):
+        status_code = 503
+
+    def call(target: Target, _: Credential) -> str:
+        if target.model == "a":
+            raise Unavailable("service unavailable")
+        return "ok"
+
+    ends = [run(policy, call, clock=VirtualClock(), health=HealthStore()) for _ in range(2)]
+    assert [e.model for e in ends] == ["b", "b"]
+    falls = [w for w in said(caplog, logging.WARNING) if "falling back" in w]
+    assert len(falls) == 1, falls
+    assert ends[1]._turn._events == []  # read from the raw record only
+    assert [e.event for e in ends[1].trace][:2] == ["start", "overloaded"]  # still all there

@@ -23,6 +23,7 @@ import logging
 import threading
 from typing import Any
 
+from ..core.events import wait_and_detail
 from ..core.state import TurnState
 from ..health.store import HealthStore
 from ..policy.model import Policy, Target
@@ -81,27 +82,34 @@ def _recovered(target: Target) -> None:
 
 
 def _read(s: TurnState, policy: Policy, health: HealthStore | None, ended: str) -> None:
+    # the raw record of each transition, not the trace: a `TraceEvent` (and its detail
+    # text) is built only for the rare transition that is reported
     by_state = {t.name: t for t in policy.targets}
-    events = s.trace
-    for ev in events:
-        src = by_state.get(ev.source)
+    for raw in s._raw:
+        src = by_state.get(raw[2])
         if src is None:
             continue
-        if ev.event == "success":
+        event = str(raw[3])  # an OutcomeKind fed directly reads as its value
+        if event == "success":
             with _lock:
                 _answered.add(src.key)
             _recovered(src)
             continue
-        if ev.event == "not_found":
-            _not_found(src, ev.detail)
-        dest = by_state.get(ev.dest)
+        if event == "not_found":
+            _not_found(src, s, raw)
+        dest = by_state.get(raw[4])
         if dest is not None and dest is not src:
-            _fell_back(src, dest, ev.event, ev.detail)
+            _fell_back(src, dest, event, s, raw)
     if health is not None:
         _health(s, policy, health)
 
 
-def _not_found(t: Target, detail: str) -> None:
+def _detail(s: TurnState, raw: tuple[Any, ...]) -> str:
+    """The detail the transition's `TraceEvent` shows."""
+    return wait_and_detail(s, raw)[1]
+
+
+def _not_found(t: Target, s: TurnState, raw: tuple[Any, ...]) -> None:
     with _lock:
         if t.key in _answered or t.key in _misnamed:
             return
@@ -111,11 +119,11 @@ def _not_found(t: Target, detail: str) -> None:
         "(a 404) or base_url (a redirect) in the policy (%s); until then every turn "
         "falls back from it",
         _name(t),
-        detail or "not_found",
+        _detail(s, raw) or "not_found",
     )
 
 
-def _fell_back(src: Target, dest: Target, kind: str, detail: str) -> None:
+def _fell_back(src: Target, dest: Target, kind: str, s: TurnState, raw: tuple[Any, ...]) -> None:
     with _lock:
         if _falling.get(src.key) == kind:
             return
@@ -124,7 +132,7 @@ def _fell_back(src: Target, dest: Target, kind: str, detail: str) -> None:
         "fallgate: falling back from %s to %s: %s",
         _name(src),
         _name(dest),
-        detail or kind,
+        _detail(s, raw) or kind,
         extra={"fallgate": {"from": src.name, "to": dest.name, "kind": kind}},
     )
 
