@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from .configuration import Live
     from .steps import Step
 
+#: The step of a refused grant (`steps.step(DENIED)`).
+_DENIED_STEP: Final = (DENIED, ())
+
 __all__ = [
     "HEADROOM",
     "LIMIT",
@@ -182,6 +185,36 @@ def refusals(
         out[(DENIED, ())] = other
     out.update(headroom_denials(clone, live, a, steps))
     return out
+
+
+def granted(
+    clone: Callable[[Live], Live],
+    release: Callable[[Live], None],
+    live: Live,
+    events: tuple[Step, ...],
+    on_headroom: tuple[Step, ...],
+) -> tuple[tuple[Step, ...], dict[Step, Live]]:
+    """The events to feed a configuration about to make an attempt, as the host does
+    before making one that needs it: ask the health store's grant (the probe lease, a
+    retry token, the key's headroom). Refused, the only event is `denied`. Granted,
+    `denied` is explored too, from the store as it was before the grant (`refusals`): a
+    turn of another process may have taken the lease, the last token or the key's last
+    request first, which one turn's store cannot show. Returns the events and the
+    configuration each refusal goes to."""
+    s = live.turn.s
+    a = s.action
+    if not isinstance(a, Attempt):
+        return events, {}
+    denials = refusals(clone, live, a, on_headroom)
+    if not denials and not needs_grant(s.health, s, a):
+        return events, {}
+    why = s.health.grant(s, a)
+    if why is None:
+        return (*events, *denials), denials
+    for d in denials.values():
+        release(d)
+    s.denial = why
+    return (_DENIED_STEP,), {_DENIED_STEP: live}
 
 
 def took_last(h: HealthStore, a: Attempt, seconds: float, now: float) -> None:

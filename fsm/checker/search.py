@@ -12,13 +12,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any
 
 from ..clock import VirtualClock
 from ..core.actions import Attempt, Rebuild, Wait
 from ..core.guards import Effect, Guard
 from ..core.machine import (
-    DENIED,
     TERMINALS,
     Declaration,
     declare,
@@ -42,7 +41,7 @@ from .configuration import (
 from .context import Bounds, Context, with_canaries
 from .initial import initial_configurations
 from .oracle import Obs, observe
-from .pacing import needs_grant, refusals
+from .pacing import granted
 from .progress import Progress
 from .properties import (
     CHECKS,
@@ -67,14 +66,11 @@ from .steps import (
     Step,
     event_time,
     outcome_for,
-    step,
     worst_jitter,
 )
 from .timing import note_wait, time_abstraction
 from .transition import Before, Finding, TransitionRecord, health_changes
 from .untaken import untaken
-
-DENIED_STEP: Final = step(DENIED)
 
 
 class Checker:
@@ -428,12 +424,12 @@ class Checker:
         if kind == "A":
             if 0 <= live.obs.silent != self.kind[nid][1]:
                 events = ab.on_attempt_loud  # another target of this turn was the silent one
-            events, refused = self._granted(live, events)
+            events, refused = granted(
+                self._clone, self._release, live, events, ab.on_headroom
+            )
         pre = Before.of(h)
         # a plain store's records then, for the ends that change none (`end_class`)
-        self.end_memo = (
-            [live.clock.t, *pre.raw, None] if type(h) is HealthStore and not h.room else None
-        )
+        self.end_memo = [live.clock.t, *pre.raw, None] if type(h) is HealthStore else None
         new: list[int] = []
         last = len(events) - 1
         for i, ev in enumerate(events):
@@ -455,30 +451,6 @@ class Checker:
         if events and refused.get(events[-1], live) is not live:
             self._release(live)  # granted: every outcome went to a copy, `denied` to `refused`
         return new
-
-    def _granted(
-        self, live: Live, events: tuple[Step, ...]
-    ) -> tuple[tuple[Step, ...], dict[Step, Live]]:
-        """As the host does before making an attempt that needs it: ask the health store's
-        grant (the probe lease, a retry token, the key's headroom). Refused, the only
-        event is `denied`. Granted, `denied` is explored too, from the store as it was
-        before the grant (`pacing.refusals`): a turn of another process may have taken
-        the lease, the last token or the key's last request first, which one turn's store
-        cannot show."""
-        s = live.turn.s
-        a = s.action
-        if not isinstance(a, Attempt):
-            return events, {}
-        denials = refusals(self._clone, live, a, self.alphabet.on_headroom)
-        if not denials and not needs_grant(s.health, s, a):
-            return events, {}
-        why = s.health.grant(s, a)
-        if why is None:
-            return (*events, *denials), denials
-        for d in denials.values():
-            self._release(d)
-        s.denial = why
-        return (DENIED_STEP,), {DENIED_STEP: live}
 
     # -- one transition, checked --------------------------------------------------------------
     def _fire(self, nid: int, child: Live, ev: Step, pre: Before) -> bool:
