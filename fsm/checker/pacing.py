@@ -182,7 +182,7 @@ def refusals(
     if a.probe or a.retry:
         other = clone(live)
         other.turn.s.denial = "refused by the health store (another turn came first)"
-        out[(DENIED, ())] = other
+        out[_DENIED_STEP] = other
     out.update(headroom_denials(clone, live, a, steps))
     return out
 
