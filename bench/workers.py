@@ -33,9 +33,7 @@ class Workers:
             )
         try:
             for p in self.procs:
-                assert p.stdout is not None
-                if p.stdout.readline().strip() != "ready":
-                    raise RuntimeError(f"{self.what} did not start: {self._stderr(p)}")
+                self._until_ready(p)
         except BaseException:
             self._kill()
             raise
@@ -53,7 +51,10 @@ class Workers:
         for p in self.procs:
             out, err = p.communicate(timeout=timeout)
             if p.returncode != 0:
-                raise RuntimeError(f"{self.what} failed: {err[-800:]}")
+                raise RuntimeError(
+                    f"{self.what} failed (exit status {p.returncode}): "
+                    f"{(err or out or '(no output)')[-800:]}"
+                )
             results.append(json.loads(out.strip().splitlines()[-1]))
         return results, time.monotonic() - t0
 
@@ -71,8 +72,20 @@ class Workers:
                 p.kill()
                 p.wait()
 
-    @staticmethod
-    def _stderr(p: subprocess.Popen[str]) -> str:
-        p.kill()
-        _, err = p.communicate(timeout=10)
-        return (err or "")[-800:]
+    def _until_ready(self, p: subprocess.Popen[str]) -> None:
+        """Read the worker's output up to its "ready" line; a library may print before
+        it (a warning at import), which is kept for the error if the worker dies."""
+        assert p.stdout is not None
+        seen: list[str] = []
+        while True:
+            line = p.stdout.readline()
+            if line.strip() == "ready":
+                return
+            if not line:  # the worker ended before it was ready
+                p.kill()
+                _, err = p.communicate(timeout=10)
+                said = (err or "".join(seen) or "(no output)")[-800:]
+                raise RuntimeError(
+                    f"{self.what} did not start (exit status {p.returncode}): {said}"
+                )
+            seen.append(line)
