@@ -264,3 +264,31 @@ def test_a_responses_stream_that_completes_without_output_falls_back(fault_serve
     assert [e.dest for e in stream.trace] == ["primary", "fallback_1", "done"]
     assert "completed without any output" in (stream.trace[1].detail or "")
     assert stream.text == "ok"
+
+
+@pytest.mark.parametrize(
+    ("body", "described", "detail"),
+    [case[1:] for case in BROKEN_200],
+    ids=[case[0] for case in BROKEN_200],
+)
+def test_under_the_sdk_over_fallgates_http_client_a_broken_200_falls_back_the_same_way(
+    fault_server, body, described, detail
+):
+    """The embedded transport judges the body itself (a well-formed reply validated, any
+    other read as the SDK reads it): the same outcome, the same words, as the wrapper's."""
+    import openai
+
+    import fallgate
+
+    fault_server.script({"models": {"m0": [{"kind": "status", "status": 200, "body": body}]}})
+    events: list[Any] = []
+    policy = chain("m0", "m1", server=fault_server)
+    http = fallgate.http_client(policy, on_transition=events.append)
+    with openai.OpenAI(api_key="sk-x", base_url="http://unused.invalid/v1", http_client=http) as c:
+        reply = c.chat.completions.create(model="m0", messages=MSG)
+    assert reply.choices[0].message.content == "ok"
+    assert [e.dest for e in events] == ["primary", "fallback_1", "done"]
+    left = events[1]
+    assert (left.detail or "").startswith(described)
+    assert detail in (left.detail or "")
+    assert fault_server.counts == {"m0": 1, "m1": 1}
