@@ -136,7 +136,7 @@ def run(
         turns, conc, rounds = (60, 20, 1) if quick else (2000, 200, 3)
         log(f"throughput ({turns} turns, concurrency {conc}, best of {rounds}) ...")
         tp = throughput.measure(
-            turns=turns, concurrency=conc, rounds=rounds, log=log, cpu_rounds=3 if quick else 21
+            turns=turns, concurrency=conc, rounds=rounds, log=log, cpu_rounds=3 if quick else 45
         )
         result["throughput"] = _public(tp)
         details["throughput"] = tp

@@ -163,7 +163,7 @@ async def _interleaved_main(
     }
 
 
-def interleaved(base_url: str, rounds: int = 21, turns: int = 200, concurrency: int = 50) -> Any:
+def interleaved(base_url: str, rounds: int = 45, turns: int = 200, concurrency: int = 50) -> Any:
     """`_interleaved_main` in a child process (the parent's CPU is not the client's)."""
     sizes = [str(rounds), str(turns), str(concurrency)]
     out = subprocess.run(
@@ -225,7 +225,7 @@ def measure(
     concurrency: int = 200,
     rounds: int = 3,
     log: Any = None,
-    cpu_rounds: int = 21,
+    cpu_rounds: int = 45,
 ) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SYSTEMS}
     with server_process() as base_url:
