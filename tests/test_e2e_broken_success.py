@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import openai
 import pytest
 from fallgate.fsm import TurnFailed, instant_waits
 from fallgate.providers import AsyncFallgate, Fallgate
+
+import fallgate
 
 from helpers import chain
 
@@ -101,11 +104,15 @@ BROKEN_200 = [
 ]
 
 
-@pytest.mark.parametrize(
+#: Every broken 200 above, as (body, how the trace describes it, a word of the detail).
+broken_200 = pytest.mark.parametrize(
     ("body", "described", "detail"),
     [case[1:] for case in BROKEN_200],
     ids=[case[0] for case in BROKEN_200],
 )
+
+
+@broken_200
 def test_a_200_without_a_usable_message_falls_back_to_the_healthy_fallback(
     fault_server, body, described, detail
 ):
@@ -266,20 +273,12 @@ def test_a_responses_stream_that_completes_without_output_falls_back(fault_serve
     assert stream.text == "ok"
 
 
-@pytest.mark.parametrize(
-    ("body", "described", "detail"),
-    [case[1:] for case in BROKEN_200],
-    ids=[case[0] for case in BROKEN_200],
-)
+@broken_200
 def test_under_the_sdk_over_fallgates_http_client_a_broken_200_falls_back_the_same_way(
     fault_server, body, described, detail
 ):
     """The embedded transport judges the body itself (a well-formed reply validated, any
     other read as the SDK reads it): the same outcome, the same words, as the wrapper's."""
-    import openai
-
-    import fallgate
-
     fault_server.script({"models": {"m0": [{"kind": "status", "status": 200, "body": body}]}})
     events: list[Any] = []
     policy = chain("m0", "m1", server=fault_server)
