@@ -56,7 +56,7 @@ def test_replay_of_a_directory_is_a_usage_error_naming_it(
 ) -> None:
     out = _cli("replay", "--policy", str(policy_file), str(tmp_path))
     assert out.returncode == 2, out.stderr
-    assert f"cannot read trace file {tmp_path}: a directory" in out.stderr
+    assert f"trace path is a directory, not a JSONL file: {tmp_path}" in out.stderr
     assert "internal error" not in out.stderr
 
 

@@ -59,7 +59,7 @@ def test_a_group_keeps_one_place_in_the_chain_and_its_members_their_names():
     [
         (
             {"members": [{"base_url": A, "api_key": key(0)}, {"base_url": A, "api_key": key(1)}]},
-            "targets[1].base_url",
+            "primary.members[1].base_url",
             "same backend",
         ),
         ({"weight": 2, "members": [{"base_url": A, "api_key": key(0)}]}, "primary.weight", "per"),
@@ -80,7 +80,7 @@ def test_a_bad_group_is_refused_naming_the_field(entry, path, says):
 
 def test_two_entries_under_one_group_name_are_refused():
     member = {"provider": "fault", "model": "m", "group": "g", "api_key": key(0)}
-    with pytest.raises(PolicyError, match=r"targets\[2\]\.group = 'g': the members of a group"):
+    with pytest.raises(PolicyError, match=r"targets\[2\]\.group = 'g': group 'g' is already"):
         Policy.from_dict(
             {
                 "targets": [
@@ -90,6 +90,48 @@ def test_two_entries_under_one_group_name_are_refused():
                 ]
             }
         )
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["group-named", "named-after-model"])
+def test_two_adjacent_group_entries_under_one_name_are_refused_not_merged(named):
+    """Next to each other, two entries of one group name would read as one group of
+    both entries' members: the fallback the user declared would be a member of the
+    primary. Refused, naming the second entry and the first."""
+    label = {"group": "g"} if named else {}
+    with pytest.raises(PolicyError) as e:
+        Policy.from_dict(
+            {
+                "primary": {
+                    "provider": "fault",
+                    "model": "m",
+                    **label,
+                    "members": [{"base_url": A, "api_key": key(0)}],
+                },
+                "fallback_providers": [
+                    {
+                        "provider": "fault",
+                        "model": "m" if not named else "other",
+                        **label,
+                        "members": [{"base_url": B, "api_key": key(1)}],
+                    }
+                ],
+            }
+        )
+    field = "group" if named else "members"
+    assert f"fallback_providers[0].{field} = 'g" in str(e.value) or (
+        not named and "fallback_providers[0].members = 'm'" in str(e.value)
+    )
+    assert "is already primary's" in str(e.value)
+
+
+def test_a_chain_built_in_python_keeps_a_group_to_one_run_of_targets():
+    t = {"provider": "fault", "model": "m", "group": "g", "api_key": key(0)}
+    targets = [
+        Policy.from_dict({"primary": {**t, "base_url": u}}).targets[0] for u in (A, C, B)
+    ]
+    targets[1] = attrs.evolve(targets[1], group=None, model="x")
+    with pytest.raises(PolicyError, match=r"targets\[2\]\.group = 'g': the members of a group"):
+        Policy(targets=targets)
 
 
 def test_a_member_inherits_the_entry_fields_it_leaves_out():

@@ -156,7 +156,8 @@ def _hidden(value: object) -> str:
         return ""
     if isinstance(value, str):
         return f"*** ({len(value)} characters, not shown)"
-    return f"*** (a {type(value).__name__}, not shown)"
+    kind = type(value).__name__
+    return f"*** ({'an' if kind[:1] in 'aeiou' else 'a'} {kind}, not shown)"
 
 
 MISSING = object()

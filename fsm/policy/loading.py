@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import difflib
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -153,19 +154,26 @@ def _target_from_dict(
         return None
     _unknown(ps, data, _TARGET_KEYS, f"{path}.")
     creds: list[Credential] = []
-    envs = list(_as_list(data.get("key_env"))) + list(_as_list(data.get("key_envs")))
-    keys = list(_as_list(data.get("api_key"))) + list(_as_list(data.get("api_keys")))
-    for e in envs:
+    envs = _items(data, path, "key_env", "key_envs")
+    keys = _items(data, path, "api_key", "api_keys")
+    named: dict[str, str] = {}  # variable name or key -> where it was first given
+    for where, e in envs:
         if not env_name_ok(e):
-            ps.add(f"{path}.key_env", e, "must be an environment variable name")
+            ps.add(where, e, "must be an environment variable name")
+        elif e in named:
+            ps.add(where, e, f"the same variable as {named[e]}: give each key once")
         else:
+            named[e] = where
             creds.append(Credential.from_env(e))
-    for n, k in enumerate(keys, start=1):
+    for n, (where, k) in enumerate(keys, start=1):
         if not isinstance(k, str) or not k.strip():
-            ps.add(f"{path}.api_key", k, "must be a non-empty string", secret=True)
+            ps.add(where, k, "must be a non-empty string", secret=True)
         elif (why := key_text_problem(k)) is not None:
-            ps.add(f"{path}.api_key", k, why, secret=True)
+            ps.add(where, k, why, secret=True)
+        elif k in named:
+            ps.add(where, k, f"the same key as {named[k]}: give each key once", secret=True)
         else:
+            named[k] = where
             creds.append(Credential.literal(k, n))
     missing = [k for k in _TARGET_STANDINS if k not in data]
     for k in missing:
@@ -188,11 +196,12 @@ def _target_from_dict(
 
 def _entry_from_dict(
     data: Any, path: str, ps: Problems, extra: Mapping[str, Provider] | None = None
-) -> list[Target | None]:
+) -> list[tuple[Target | None, str]]:
     """One chain entry: a target, or with ``members = [...]`` a deployment group (one
-    target per member, each member's fields over the entry's; `fsm.policy.groups`)."""
+    target per member, each member's fields over the entry's; `fsm.policy.groups`); each
+    with the path the user wrote it at (``primary``, ``fallback_providers[0].members[1]``)."""
     if not isinstance(data, Mapping) or "members" not in data:
-        return [_target_from_dict(data, path, ps, extra)]
+        return [(_target_from_dict(data, path, ps, extra), path)]
     _unknown(ps, data, _GROUP_KEYS, f"{path}.")
     raw = data["members"]
     if not isinstance(raw, list) or not raw or len(raw) > MAX_MEMBERS:
@@ -201,28 +210,86 @@ def _entry_from_dict(
             short_repr(raw),
             f"must be a list of 1 to {MAX_MEMBERS} tables (base_url, key_env, weight, ...)",
         )
-        return [None]
+        return [(None, path)]
     if "weight" in data:
         ps.add(f"{path}.weight", data["weight"], "a weight is given per member")
     shared = {k: v for k, v in data.items() if k in _TARGET_KEYS and k != "weight"}
     label = shared.pop("group", None)
     if label is None:
         label = data.get("model")
-    out: list[Target | None] = []
+    out: list[tuple[Target | None, str]] = []
     for j, member in enumerate(raw):
         where = f"{path}.members[{j}]"
         if not isinstance(member, Mapping):
             ps.add(where, member, "must be a table with base_url, key_env|api_key (weight)")
-            out.append(None)
+            out.append((None, where))
             continue
         if "group" in member or "members" in member:
             bad = "group" if "group" in member else "members"
             ps.add(f"{where}.{bad}", MISSING, "a member belongs to its entry's group")
-            out.append(None)
+            out.append((None, where))
             continue
         own_keys = any(k in member for k in (*_CREDENTIAL_KEYS, "keyless"))
         base = {k: v for k, v in shared.items() if not (own_keys and k in _CREDENTIAL_KEYS)}
-        out.append(_target_from_dict({**base, **member, "group": label}, where, ps, extra))
+        target = _target_from_dict({**base, **member, "group": label}, where, ps, extra)
+        out.append((target, where))
+    return out
+
+
+def _group_label(data: Any) -> tuple[str | None, str]:
+    """The group an entry as written is (None: not a group), and the field that says so:
+    ``group``, or for an entry with ``members`` and no ``group``, its ``model``."""
+    if not isinstance(data, Mapping):
+        return None, ""
+    label = data.get("group")
+    if label is None and "members" in data:
+        return (data.get("model"), "members") if isinstance(data.get("model"), str) else (None, "")
+    return (label, "group") if isinstance(label, str) else (None, "")
+
+
+def _claim_groups(entries: Sequence[tuple[str, Any]], ps: Problems) -> None:
+    """A group is one entry of the chain: two entries with one group name are refused
+    (next to each other they would silently become one group of both entries' members)."""
+    owner: dict[str, str] = {}
+    for path, data in entries:
+        label, field = _group_label(data)
+        if label is None:
+            continue
+        if label in owner:
+            named = "" if field == "group" else " (an entry with members is named after its model)"
+            ps.add(
+                f"{path}.{field}",
+                label,
+                f"group {label!r} is already {owner[label]}'s{named}: a group is one entry of "
+                f"the chain; list all its deployments in {owner[label]}.members, or give this "
+                "entry another group name",
+            )
+        else:
+            owner[label] = path
+
+
+_TARGET_PATH = re.compile(r"targets\[(\d+)\](.*)", re.DOTALL)
+
+
+def _as_written(p: Problem, paths: Sequence[str]) -> Problem:
+    """A problem the policy found on ``targets[i]`` (every member counted), at the path
+    the user wrote that target at."""
+    m = _TARGET_PATH.fullmatch(p.path)
+    if m is None or int(m[1]) >= len(paths):
+        return p
+    return attrs.evolve(p, path=f"{paths[int(m[1])]}{m[2]}")
+
+
+def _items(data: Mapping[str, Any], path: str, one: str, many: str) -> list[tuple[str, Any]]:
+    """The values of a field given as one value (`one`) or a list (`many`, or `one` given
+    a list), each with its own path: ``primary.key_envs[1]``."""
+    out: list[tuple[str, Any]] = []
+    for field in (one, many):
+        v = data.get(field)
+        if isinstance(v, list | tuple):
+            out += [(f"{path}.{field}[{i}]", x) for i, x in enumerate(v)]
+        elif v is not None:
+            out.append((f"{path}.{field}", v))
     return out
 
 
@@ -318,7 +385,8 @@ def _policy_from_dict(policy: type[P], data: Mapping[str, Any]) -> P:
         raise PolicyError([Problem("<policy>", short_repr(data), "must be a table/dict")])
     _unknown(ps, data, {"primary", "fallback_providers", *fields_of_policy}, "")
     extra = _providers_from_dict(data.get("providers"), ps)
-    targets: list[Target | None] = []
+    targets: list[tuple[Target | None, str]] = []
+    entries: list[tuple[str, Any]] = []  # (path, data) of each chain entry as written
     n = _chain_length(data)
     if n > MAX_TARGETS:  # refused before any entry is looked at: one problem, not n
         where = "targets" if "targets" in data else "fallback_providers"
@@ -331,18 +399,19 @@ def _policy_from_dict(policy: type[P], data: Mapping[str, Any]) -> P:
         if not isinstance(raw, list):
             ps.add("targets", raw, "must be a list of tables")
         else:
-            for i, t in enumerate(raw):
-                targets += _entry_from_dict(t, f"targets[{i}]", ps, extra)
+            entries += [(f"targets[{i}]", t) for i, t in enumerate(raw)]
     elif "primary" in data:
-        targets += _entry_from_dict(data["primary"], "primary", ps, extra)
+        entries.append(("primary", data["primary"]))
     else:
         ps.add("primary", MISSING, "missing (required): the primary target")
     fb = data.get("fallback_providers", [])
     if not isinstance(fb, list):
         ps.add("fallback_providers", fb, "must be a list of tables")
     else:
-        for i, t in enumerate(fb):
-            targets += _entry_from_dict(t, f"fallback_providers[{i}]", ps, extra)
+        entries += [(f"fallback_providers[{i}]", t) for i, t in enumerate(fb)]
+    for path, entry in entries:
+        targets += _entry_from_dict(entry, path, ps, extra)
+    _claim_groups(entries, ps)
     backoff = _sub(ps, data, "backoff", Backoff, _init_fields(Backoff))
     cooldown = _sub(ps, data, "cooldown", Cooldown, _init_fields(Cooldown))
     breaker = _sub(ps, data, "breaker", Breaker, _init_fields(Breaker))
@@ -369,7 +438,8 @@ def _policy_from_dict(policy: type[P], data: Mapping[str, Any]) -> P:
             base = DEFAULT_RULES[k]
             rules[k] = Rule(**{f: spec.get(f, getattr(base, f)) for f in _RULE_FIELDS})
     scalars = {k: data[k] for k in fields_of_policy if k not in _NESTED and k in data}
-    good_targets = [t for t in targets if t is not None]
+    good_targets = [t for t, _ in targets if t is not None]
+    written = [path for t, path in targets if t is not None]
     fields: dict[str, Any] = {
         "backoff": backoff,
         "cooldown": cooldown,
@@ -389,6 +459,6 @@ def _policy_from_dict(policy: type[P], data: Mapping[str, Any]) -> P:
     try:
         return policy(targets=good_targets, **fields)
     except PolicyError as e:
-        ps.items += list(e.problems)
+        ps.items += [_as_written(p, written) for p in e.problems]
         ps.raise_if_any()
         raise  # pragma: no cover

@@ -200,7 +200,9 @@ class Policy:
         check_reserve(ps, self.reserve)
         if not is_int(self.max_body_bytes) or not 1024 <= self.max_body_bytes <= 1 << 40:
             ps.add(
-                "max_body_bytes", self.max_body_bytes, "must be an integer between 1024 and 2**40"
+                "max_body_bytes",
+                self.max_body_bytes,
+                f"must be an integer between 1024 and {1 << 40} (1 TiB)",
             )
         if not isinstance(self.backoff, Backoff):
             ps.add("backoff", self.backoff, "must be a Backoff")

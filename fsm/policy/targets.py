@@ -9,7 +9,7 @@ falls back to an SDK's environment defaults.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -173,6 +173,22 @@ class Target:
         """The credential pool; a keyless target has one anonymous slot (its key is a
         placeholder: the SDK insists on one, a local server ignores it)."""
         return self.credentials or (ANONYMOUS,)
+
+
+def identical_warnings(targets: Sequence[Target]) -> list[str]:
+    """Entries identical to an earlier one (`Target.same_as`), for `fallgate check`: a turn
+    that tried the earlier one skips them, so they are only used when it was not tried."""
+    out = []
+    for i, t in enumerate(targets):
+        first = next((u for u in targets[:i] if u.same_as(t)), None)
+        if first is not None:
+            how = "provider" if first.provider == t.provider else "base_url"
+            out.append(
+                f"{t.name} ({t.provider} · {t.model}) is identical to {first.name} (same {how} "
+                f"and model): a turn that tried {first.name} skips it; to give {first.name} "
+                "more keys, list them in its key_envs"
+            )
+    return out
 
 
 def known_list(extra: Mapping[str, Provider] | None) -> str:

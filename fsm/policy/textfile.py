@@ -1,9 +1,9 @@
 """Reading a user's text file (a policy, a fault script, a trace) without trusting it.
 
 Only a regular file is read (a named pipe would block forever, ``/dev/zero``
-never ends), at most `limit` bytes of it, and it must be UTF-8: each failure is
-one `UnreadableFile` whose text says what is wrong (never a raw
-``UnicodeDecodeError`` or ``MemoryError``).
+never ends), at most `limit` bytes of it, and it must be UTF-8 (a leading byte order
+mark is dropped): each failure is one `UnreadableFile` whose text says what is wrong
+(never a raw ``UnicodeDecodeError`` or ``MemoryError``).
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ def read_text(path: str | os.PathLike[str], limit: int) -> str:
         fd = os.open(path, flags)
     except OSError as e:
         raise UnreadableFile(e.strerror or type(e).__name__) from None
+    except ValueError:  # os.open refuses a NUL in the path before asking the system
+        raise UnreadableFile("the path holds a NUL character") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):  # checked before fdopen, which raises for a directory
@@ -62,7 +64,8 @@ def read_text(path: str | os.PathLike[str], limit: int) -> str:
     if len(data) > limit:
         raise UnreadableFile(f"larger than {_size(limit)}, the most fallgate reads")
     try:
-        return data.decode("utf-8")
+        # a byte order mark (editors on Windows write one) is not part of the text
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise UnreadableFile(

@@ -34,6 +34,7 @@ def check_main(
         print(f"{PROG} check: {text}", file=sys.stderr)
         return USAGE
     from ...fsm.core.reserve import reserve_warnings
+    from ...fsm.policy.targets import identical_warnings
 
     def say(line: str) -> None:
         print(f"{PROG} check: {line}", file=sys.stderr, flush=True)
@@ -41,7 +42,7 @@ def check_main(
     after = AFTER if progress_after is None else progress_after
     report = check_policy(policy, progress=Progress(say, after=after))
     fleet = check_fleet(policy, turns=turns) if turns >= 2 else None
-    warnings = reserve_warnings(policy)
+    warnings = reserve_warnings(policy) + identical_warnings(policy.targets)
     if as_json:
         data = report.to_json()
         data["warnings"] = warnings

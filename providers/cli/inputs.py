@@ -33,14 +33,29 @@ def default_policy() -> Policy:
     return builtin()
 
 
+def check_path(path: str, what: str, kind: str) -> Path:
+    """`path` as a `Path`, or a CliError that says why no `what` file (a policy, a trace,
+    a script) is there: empty, not found, a loop of symbolic links, a directory..."""
+    if not path:
+        raise CliError(f"{what} path is empty", USAGE)
+    if "\0" in path:
+        raise CliError(f"{what} path holds a NUL character: {path!r}", USAGE)
+    p = Path(path)
+    try:
+        p.stat()
+    except FileNotFoundError:
+        raise CliError(f"{what} file not found: {path}", USAGE) from None
+    except OSError as e:
+        raise CliError(f"cannot read {what} file {path}: {e.strerror or e}", USAGE) from None
+    if p.is_dir():
+        raise CliError(f"{what} path is a directory, not a {kind} file: {path}", USAGE)
+    return p
+
+
 def load_policy(path: str | None) -> Policy:
     if path is None:
         return default_policy()
-    p = Path(path)
-    if not p.exists():
-        raise CliError(f"policy file not found: {path}", USAGE)
-    if p.is_dir():
-        raise CliError(f"policy path is a directory, not a TOML file: {path}", USAGE)
+    p = check_path(path, "policy", "TOML")
     try:
         return Policy.from_toml(p)
     except PolicyError as e:
@@ -53,8 +68,7 @@ MAX_TRACE_BYTES = 16 << 20
 
 def read_trace_file(path: str) -> str:
     """A trace file's text (bounded, UTF-8), or a CliError naming the file."""
-    if not Path(path).exists():
-        raise CliError(f"trace file not found: {path}", USAGE)
+    check_path(path, "trace", "JSONL")
     try:
         return read_text(path, MAX_TRACE_BYTES)
     except UnreadableFile as e:

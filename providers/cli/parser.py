@@ -230,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         metavar="N",
-        help="also explore N (2..4) concurrent turns on one shared health store",
+        help="also explore N (2..4) concurrent turns on one shared health store "
+        "(1, the default: one turn alone)",
     )
     p.set_defaults(run=cmd_check)
 

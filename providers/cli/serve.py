@@ -11,14 +11,11 @@ import importlib
 from pathlib import Path
 
 from .common import USAGE, CliError
+from .inputs import check_path
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    script = Path(args.script)
-    if not script.exists():
-        raise CliError(f"script file not found: {args.script}", USAGE)
-    if script.is_dir():
-        raise CliError(f"script path is a directory, not a JSON/TOML file: {args.script}", USAGE)
+    script = check_path(args.script, "script", "JSON/TOML")
     from ..testing.fault_server import serve_main
 
     try:

@@ -132,7 +132,10 @@ class FaultServer:
         limits: Mapping[str, Any] | None = None,
     ) -> None:
         if not _is_loopback(host):
-            raise ValueError(f"the fault server binds loopback only, not {host!r}")
+            raise ValueError(
+                f"the fault server binds IPv4 loopback only (127.0.0.1, 127.x.x.x or "
+                f"localhost), not {host!r}"
+            )
         self._script = _as_script(script)
         #: Per key and model request and token buckets (`limits`), from `limits=` and the
         #: script's ``limits`` table.
