@@ -18,7 +18,15 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["MAX_TEXT", "looks_like_key", "redact", "safe_url", "scrub_exception", "url_repr"]
+__all__ = [
+    "MAX_TEXT",
+    "looks_like_key",
+    "redact",
+    "safe_url",
+    "scrub_data",
+    "scrub_exception",
+    "url_repr",
+]
 
 MASK = "***"
 #: The longest text scrubbed whole (1 MiB of characters). Scrubbing is linear, but a
@@ -132,6 +140,12 @@ def safe_url(url: Any) -> Any:
 def url_repr(url: Any) -> str:
     """``repr`` of a URL without its credentials (an attrs field's ``repr=``)."""
     return repr(safe_url(url))
+
+
+def scrub_data(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """Parsed JSON (or any nest of dicts, lists and strings) with every string, keys
+    included, `redact`-ed: the text as the reader sees it, escapes decoded."""
+    return _scrub_value(value, _pieces(secrets))
 
 
 def _scrub_value(value: Any, secrets: list[str], depth: int = 0) -> Any:

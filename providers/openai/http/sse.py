@@ -12,6 +12,8 @@ any other malformed reply; after, the stream is interrupted (and continued).
 
 Comments (keep-alives), ``[DONE]`` and events without data pass as they are; only a
 ``data`` payload that is not JSON is judged. A stream sent compressed is not read here.
+The same transport scrubs the key a request was sent with out of what comes back
+(`scrub`): an error reply's body, a stream's error events.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ from typing import Any, Final
 
 from ..exceptions import MalformedReply
 from . import transport
+from .scrub import (
+    arescrubbed,
+    is_error_event,
+    only_keys,
+    request_secrets,
+    rescrubbed,
+    scrubbed_event,
+)
 
 __all__ = [
     "MALFORMED_IN_A_ROW",
@@ -39,6 +49,8 @@ _KEY: Final = "fallgate.sse_filter"  # where a response keeps its filter (`dropp
 
 #: Bad events in a row (no good one between) that end a stream as a malformed reply.
 MALFORMED_IN_A_ROW: Final = 3
+#: `SseFilter._event`'s answer for an event it drops (None is an event's JSON null).
+_DROPPED: Final = object()
 
 
 def boundary(buf: bytes) -> tuple[int, int] | None:
@@ -63,15 +75,18 @@ def _data(block: bytes) -> str | None:
 
 class SseFilter:
     """Feed it a stream's bytes; it gives back the same bytes less the events whose
-    data is not JSON (`dropped` counts them)."""
+    data is not JSON (`dropped` counts them), each scrubbed of `secrets` (the request's
+    key: `scrub`) where it reports an error or holds the key."""
 
-    __slots__ = ("_pending", "_row", "dropped", "where")
+    __slots__ = ("_keys", "_pending", "_row", "dropped", "secrets", "where")
 
-    def __init__(self, where: str = "") -> None:
+    def __init__(self, where: str = "", secrets: tuple[str, ...] = ()) -> None:
         self._pending = b""
         self._row = 0
         self.dropped = 0
         self.where = where  # for the warning: the request's host and path
+        self.secrets = secrets
+        self._keys = tuple(s.encode() for s in secrets)
 
     def feed(self, data: bytes) -> bytes:
         self._pending += data
@@ -81,9 +96,22 @@ class SseFilter:
             if cut is None:
                 break
             block, self._pending = self._pending[: cut[1]], self._pending[cut[1] :]
-            if self._good(block[: cut[0]]):
-                out.append(block)
+            passed = self._pass(block, cut[0])
+            if passed is not None:
+                out.append(passed)
         return b"".join(out)
+
+    def _pass(self, block: bytes, end: int) -> bytes | None:
+        """The event as it goes on (scrubbed), or None when it is dropped."""
+        data = _data(block[:end])
+        if data is None or data.strip() == "[DONE]":
+            return only_keys(block, self._keys)
+        event = self._event(data)
+        if event is _DROPPED:
+            return None
+        if is_error_event(event):
+            return scrubbed_event(block, event, self.secrets)
+        return only_keys(block, self._keys)
 
     def end(self) -> bytes:
         """The stream ended: an unfinished last event goes on as it is (the SDK's own
@@ -91,17 +119,16 @@ class SseFilter:
         rest, self._pending = self._pending, b""
         return rest
 
-    def _good(self, block: bytes) -> bool:
-        data = _data(block)
-        if data is None or data.strip() == "[DONE]":
-            return True
+    def _event(self, data: str) -> Any:
+        """The event's data parsed, or `_DROPPED` (counted; too many in a row end the
+        stream as a malformed reply)."""
         try:
-            json.loads(data)
+            event = json.loads(data)
         except ValueError:
             pass
         else:
             self._row = 0
-            return True
+            return event
         self.dropped += 1
         self._row += 1
         if self.dropped == 1:
@@ -114,7 +141,7 @@ class SseFilter:
             )
         if self._row >= MALFORMED_IN_A_ROW:
             raise MalformedReply(f"{self._row} stream events in a row that are not JSON")
-        return False
+        return _DROPPED
 
 
 def _sse(response: Any) -> bool:
@@ -168,12 +195,15 @@ class _AsyncFiltered(transport.http.AsyncByteStream):  # type: ignore[misc]
 
 
 class FilteringTransport(transport.http.HTTPTransport):  # type: ignore[misc]
-    """The library's transport; an SSE response's events go through `SseFilter`."""
+    """The library's transport; an SSE response's events go through `SseFilter`, an
+    error reply's body is scrubbed of the request's key (`scrub`)."""
 
     def handle_request(self, request: Any) -> Any:
         response = super().handle_request(request)
+        if response.status_code >= 400:
+            return rescrubbed(response, request)
         if _sse(response):
-            f = response.extensions[_KEY] = SseFilter(_where(request))
+            f = response.extensions[_KEY] = SseFilter(_where(request), request_secrets(request))
             response.stream = _Filtered(response.stream, f)
         return response
 
@@ -183,8 +213,10 @@ class AsyncFilteringTransport(transport.http.AsyncHTTPTransport):  # type: ignor
 
     async def handle_async_request(self, request: Any) -> Any:
         response = await super().handle_async_request(request)
+        if response.status_code >= 400:
+            return await arescrubbed(response, request)
         if _sse(response):
-            f = response.extensions[_KEY] = SseFilter(_where(request))
+            f = response.extensions[_KEY] = SseFilter(_where(request), request_secrets(request))
             response.stream = _AsyncFiltered(response.stream, f)
         return response
 
