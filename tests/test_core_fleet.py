@@ -490,3 +490,26 @@ def test_records_of_the_wrong_shape_from_a_backend_are_dropped_field_by_field():
     result = fallgate.run(policy, lambda t, c: "ok", health=store, clock=VirtualClock())
     assert result.target == "primary"
     assert store.record(policy.targets[0].key) == {}
+
+
+@pytest.mark.parametrize(
+    ("deadline", "cap", "says"),
+    [(1, 30, "past what the 1 s deadline leaves"), (60, 2, "beyond the Retry-After cap")],
+    ids=["the-deadline-binds", "the-cap-binds"],
+)
+def test_a_turn_that_cannot_wait_for_an_open_breaker_names_the_limit_that_binds(
+    deadline, cap, says
+):
+    """The only target's breaker opens for 5 s. A turn that may not wait for it fails at
+    once, and says why: with a 1 s deadline and a 30 s cap the wait fits the cap but
+    not the deadline; with a 2 s cap the cap is what it is beyond."""
+    policy = chain("m0", max_attempts=1, deadline=deadline, retry_after_cap=cap)
+    health, clock = HealthStore(), VirtualClock()
+    calls: list[str] = []
+    for _ in range(3):  # the breaker's allowed failures, then it opens
+        with pytest.raises(TurnFailed):
+            fallgate.run(policy, primary_down(calls), health=health, clock=clock)
+    with pytest.raises(TurnFailed) as failed:
+        fallgate.run(policy, primary_down(calls), health=health, clock=clock)
+    assert len(calls) == 3, "the fourth turn sends nothing"
+    assert f"every target is cooling {says} (the first is free in 5 s)" in str(failed.value)

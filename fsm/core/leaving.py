@@ -13,6 +13,7 @@ from ..kinds import FAILED, TRAITS, Level, Outcome
 from .actions import Action, Fail
 from .edges import Effect
 from .pacing import headroom_words
+from .verdict import patient
 
 if TYPE_CHECKING:
     from .state import TurnState
@@ -56,8 +57,14 @@ def _all_cooling(s: TurnState) -> str:
             f"every target is cooling or out of headroom beyond the Retry-After cap; the "
             f"first free is {s.policy.targets[j].name}, {paced}: its provider's rate limit"
         )
+    p = s.policy
+    if patient(s, p.targets[j].key) and free <= p.retry_after_cap:
+        # within the cap: the deadline is what the wait did not fit (`_soonest_free`)
+        limit = f"past what the {p.deadline:g} s deadline leaves"
+    else:
+        limit = "beyond the Retry-After cap"
     return (
-        f"every target is cooling beyond the Retry-After cap (the first is free in "
+        f"every target is cooling {limit} (the first is free in "
         f"{max(free, 0.0):.0f} s); the cooldowns are the health store's: clear them with "
         "health.clear() (in-process) or `fallgate health --store URL --reset all` (shared)"
     )
