@@ -43,7 +43,7 @@ OPENAI2_VENV := .venv-openai2
 OPENAI2_STAMP := $(OPENAI2_VENV)/.installed-openai-$(OPENAI2)
 PROVIDER_TESTS := tests/test_providers_*.py tests/test_e2e_*.py tests/test_fault_server*.py tests/test_demo.py \
 	tests/test_embedded_client.py tests/test_embedded_bounds.py tests/test_stream_helpers.py \
-	tests/test_caller_mistakes.py tests/test_otel.py
+	tests/test_caller_mistakes.py tests/test_otel.py tests/test_no_key_echoed_by_replies.py
 
 $(OPENAI2_STAMP): pyproject.toml
 	rm -f $(OPENAI2_VENV)/.installed-openai-*
