@@ -509,6 +509,33 @@ def test_a_password_in_the_store_urls_query_is_never_shown(url: str) -> None:
         assert "password=***" in str(unreachable.value)
 
 
+@pytest.mark.parametrize("separator", ["/", " ", "@", "#", "?"])
+@pytest.mark.parametrize("scheme", ["redis://", "redis:/", "rediss://"])
+def test_a_password_written_without_escaping_is_never_shown(scheme: str, separator: str) -> None:
+    """A password should be percent-escaped in a URL and often is not: a URL parser then
+    reads a piece of it as the port or the path. Whatever it makes of it, no piece of the
+    password (either side of the character that should have been escaped) reaches the
+    error, the repr or the store's name."""
+    pieces = ["Xq7", "Zr9Wk2"]
+    url = f"{scheme}:{separator.join(pieces)}@127.0.0.1:1/0"
+    try:
+        backend = open_backend(url)
+    except ValueError as e:
+        shown = str(e)
+    else:
+        shown = f"{backend.url} {backend!r}"
+        with pytest.raises(StoreUnavailable) as unreachable:
+            backend.scan()
+        shown += str(unreachable.value)
+    assert [p for p in pieces if p in shown] == [], shown
+
+
+def test_an_option_redis_does_not_take_is_refused_at_once_not_at_the_first_turn() -> None:
+    with pytest.raises(ValueError, match="an option redis does not take") as caught:
+        open_backend("redis://default:s3cretPW@127.0.0.1:1/0?ssl_cert_reqs=bogus")
+    assert "s3cretPW" not in str(caught.value)
+
+
 def _damage(url: str, key: str, text: str) -> None:
     """Put `text` under `key` behind the backend's back (a damaged row, another writer)."""
     if url.startswith("sqlite"):
@@ -526,7 +553,20 @@ def _damage(url: str, key: str, text: str) -> None:
         admin.close()
 
 
-@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '"text"', "[" * 5000])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        "[1, 2]",
+        '"text"',
+        "[" * 5000,
+        '{"opens": NaN}',
+        '{"opens": Infinity}',
+        '{"rr": 1e300}',
+        '{"until": 1e12, "opens": 1}',
+        '{"opens": [1]}',
+    ],
+)
 def test_a_damaged_record_reads_as_absent_and_the_next_write_replaces_it(
     shared_store, text: str
 ) -> None:

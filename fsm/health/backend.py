@@ -27,15 +27,33 @@ Records: TypeAlias = Mapping[str, "Record | None"]
 Update: TypeAlias = Callable[[Records, float], Records]
 
 
+#: The largest number a record may hold: times are seconds of the backend's wall clock
+#: (about 1.8e9 today; 1e10 is the year 2286), counts far below it.
+MAX_NUMBER = 1e10
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"not a number: {name}")  # NaN, Infinity: JSON has no such numbers
+
+
+def _sane(value: object) -> bool:
+    if value is None or isinstance(value, str):
+        return True
+    return isinstance(value, int | float) and -MAX_NUMBER <= value <= MAX_NUMBER
+
+
 def decode_record(text: str) -> Record | None:
     """A stored record's JSON text as a record; None for text that is not a JSON object
-    (a damaged row, another program's key): read as absent, and replaced by the next
-    write, so that no turn fails because of its store."""
+    of plain fields (a damaged row, another program's key, a NaN or a number no clock or
+    count reaches): read as absent, and replaced by the next write, so that no turn, and
+    no ``fallgate health``, fails because of its store."""
     try:
-        record = json.loads(text)
+        record = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError):
         return None
-    return record if isinstance(record, dict) else None
+    if not isinstance(record, dict) or not all(_sane(v) for v in record.values()):
+        return None
+    return record
 
 
 class StoreUnavailable(Exception):

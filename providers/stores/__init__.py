@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...fsm.health.backend import Backend
-from ...fsm.redact import safe_url
 from .sqlite import SQLiteBackend
+from .urls import masked
 
 if TYPE_CHECKING:
     from .redis import RedisBackend
@@ -54,7 +54,7 @@ def open_backend(url: str, *, create: bool = True) -> Backend:
     if sep and scheme in REDIS_SCHEMES:
         return redis_backend_class()(url)
     raise ValueError(
-        f"unsupported health store URL {safe_url(url)!r}: expected sqlite:///path/to/health.db "
+        f"unsupported health store URL {masked(url)!r}: expected sqlite:///path/to/health.db "
         "or redis://host:port/db"
     )
 

@@ -44,7 +44,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ...fsm.health.backend import Record, Records, StoreUnavailable, Update, decode_record
-from ...fsm.redact import safe_url
+from .urls import masked, userinfo
 
 #: KEYS: the records' keys, then the version counter. ARGV[1]: ttl in ms; ARGV[2..n+1]:
 #: the versions `update` read ("0" = absent); ARGV[n+2..2n+1]: what to write ("" keep,
@@ -111,7 +111,7 @@ class RedisBackend:
     ) -> None:
         if not isinstance(url, str):
             raise TypeError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r:.40}")
-        self.url = safe_url(url)
+        self.url = masked(url)
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         if not reconnect_after >= 0:
@@ -127,7 +127,12 @@ class RedisBackend:
                 decode_responses=True,
             )
         except ValueError as e:
-            raise ValueError(f"{self.url}: not a Redis URL: {e}") from None
+            raise ValueError(f"{self.url}: not a Redis URL: {_why_not(url, e)}") from None
+        pool = self._client.connection_pool
+        try:  # a connection is built only now (no I/O): an option redis does not take
+            pool.connection_class(**pool.connection_kwargs)  # would fail the first turn
+        except TypeError as e:
+            raise ValueError(f"{self.url}: an option redis does not take: {e}") from None
         # one hash tag: every key lands in one slot, so the script also runs on a cluster
         self._prefix = f"{{{namespace}}}:"
         self._counter = f"{{{namespace}}}#version"
@@ -346,6 +351,18 @@ class RedisBackend:
 
     def __repr__(self) -> str:
         return f"RedisBackend({self.url!r})"
+
+
+def _why_not(url: str, e: ValueError) -> str:
+    """The URL parser's complaint, unless the URL holds a password: the parser may quote
+    a piece of it (a ``/`` in the password ends the host: "Port could not be cast to
+    integer value as 'pa'"), so then the likely cause is said instead."""
+    if not userinfo(url) or "scheme" in str(e):  # a scheme's complaint quotes no password
+        return str(e)
+    return (
+        "cannot read it (a password with / # ? @ or a space must be percent-escaped: "
+        "urllib.parse.quote(password, safe=''))"
+    )
 
 
 def _encode(result: Records, key: str, before: Record | None) -> str:
