@@ -10,7 +10,7 @@ import time
 
 import pytest
 from fallgate.fsm import HealthStore, TurnFailed, VirtualClock, arun, instant_waits, run
-from fallgate.fsm.core.turn import TransitionsTurn
+from fallgate.fsm.core.turn import TransitionsTurn, Turn
 from fallgate.fsm.trace import TraceEvent, from_jsonl, to_jsonl
 
 from helpers import chain
@@ -252,3 +252,49 @@ def test_the_trace_round_trips_through_json_lines():
     assert from_jsonl(text) == list(result.trace)
     with pytest.raises(ValueError, match="trace line 1: missing"):
         from_jsonl('{"seq": 1}\n')
+
+
+@pytest.mark.parametrize("on", ["start", "success"])
+def test_a_hook_that_raises_is_logged_once_and_the_turn_keeps_its_answer(on, caplog):
+    """The hook observes, never steers: an observer that fails (a metrics backend down)
+    neither throws away an answer already paid for nor leaves the turn unended."""
+    seen: list[str] = []
+
+    def hook(ev: TraceEvent) -> None:
+        seen.append(ev.event)
+        if ev.event in (on, "overloaded"):  # twice in the turn: logged once
+            raise RuntimeError("metrics backend down")
+
+    call, calls = scripted(Status(503), "ok")
+    result = run(chain("m0", "m1", max_attempts=1), call, on_transition=hook)
+    assert result.value == "ok" and calls == ["m0", "m1"]
+    assert seen[0] == "start" and seen[-1] == "success", "every later transition still observed"
+    warnings = [r for r in caplog.records if "on_transition hook raised" in r.getMessage()]
+    assert len(warnings) == 1, "once per turn, with the exception"
+    assert warnings[0].exc_info is not None
+
+
+@pytest.mark.parametrize(
+    ("mistake", "says"),
+    [
+        (lambda: run({"primary": {"model": "m"}}, lambda t, c: "x"), "must be a fallgate Policy"),
+        (lambda: Turn({"primary": {"model": "m"}}), "policy must be a fallgate Policy"),
+        (lambda: _started().feed("success"), "feed takes the attempt's Outcome"),
+        (lambda: _started().feed(None), r"feed takes the attempt's Outcome .*, got NoneType"),
+        (lambda: run(chain("m"), _async_call), "call is a coroutine function"),
+    ],
+    ids=["run-a-dict", "turn-a-dict", "feed-a-string", "feed-none", "run-an-async-call"],
+)
+def test_a_caller_mistake_is_a_type_error_that_says_what_to_give(mistake, says):
+    with pytest.raises(TypeError, match=says):
+        mistake()
+
+
+def _started() -> Turn:
+    turn = Turn(chain("m"), health=HealthStore())
+    turn.start()
+    return turn
+
+
+async def _async_call(target, credential):
+    return "answer"

@@ -12,6 +12,7 @@ source are injected.
 
 from __future__ import annotations
 
+import logging
 import random as _random
 import threading
 from collections.abc import Callable, Mapping
@@ -44,6 +45,7 @@ from .pacing import SETTLE, settle
 from .state import UNSET, TurnState
 
 Hook = Callable[[TraceEvent], None]
+_logger = logging.getLogger("fallgate")
 _NOTHING: Final[tuple[Observation, ...]] = ()
 
 
@@ -115,6 +117,31 @@ def take(
     if s.hook is not None:
         s.hook(s.trace[-1])
     return action
+
+
+def _observing(hook: Hook) -> Hook:
+    """`hook` as the turn calls it: it observes, never steers, so an exception it raises
+    is logged (a WARNING, the first of a turn) and the turn goes on: a buggy observer does
+    not throw away an answer already paid for, nor leave a turn unended."""
+    failed = False
+
+    def observe_safely(ev: TraceEvent) -> None:
+        nonlocal failed
+        try:
+            hook(ev)
+        except Exception:
+            if not failed:
+                failed = True
+                _logger.warning(
+                    "fallgate: the on_transition hook raised on %s --%s--> %s; the turn goes "
+                    "on (later raises of this turn are not logged)",
+                    ev.source,
+                    ev.event,
+                    ev.dest,
+                    exc_info=True,
+                )
+
+    return observe_safely
 
 
 Observer = Callable[[TurnState, Outcome], None]
@@ -203,6 +230,11 @@ class TurnBase:
         and `effects` replace the policy's own machine or some of its objects: the model
         checker uses them to prove it catches broken machines. `first` starts the turn's
         chain at that entry (the earlier ones are not used, e.g. a call naming a model)."""
+        if not isinstance(policy, Policy):
+            raise TypeError(
+                "policy must be a fallgate Policy (Policy.from_toml(path), "
+                f"Policy.from_dict(data)), got {type(policy).__name__}"
+            )
         n = len(policy.targets)
         if not (isinstance(first, int) and 0 <= first < n):
             raise ValueError(f"first must be a chain position 0..{n - 1}, got {first!r}")
@@ -214,7 +246,7 @@ class TurnBase:
             health if health is not None else HealthStore.default(),
             clock if clock is not None else _clock.default_clock().now,
             random or _random.random,
-            on_transition,
+            _observing(on_transition) if on_transition is not None else None,
             decl,
             first,
         )
@@ -232,7 +264,14 @@ class TurnBase:
 
     def feed(self, outcome: Outcome) -> Action:
         """Feed the outcome of the last `Attempt`."""
-        return self._fire(outcome.kind, outcome)  # a StrEnum: hashes like its value
+        try:
+            kind = outcome.kind  # a StrEnum: hashes like its value
+        except AttributeError:
+            raise TypeError(
+                "feed takes the attempt's Outcome (Outcome.success(value), "
+                f"Outcome(OutcomeKind.TRANSPORT), ...), got {type(outcome).__name__}"
+            ) from None
+        return self._fire(kind, outcome)
 
     def waited(self) -> Action:
         return self._fire(WAITED, None)

@@ -10,6 +10,7 @@ the virtual clock of an active `instant_waits()` block.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypedDict, TypeVar, Unpack
@@ -84,6 +85,15 @@ def check_health(health: object) -> None:
         )
 
 
+def check_policy(policy: object, who: str) -> None:
+    """A TypeError naming what `who` was given instead of a `Policy`."""
+    if not isinstance(policy, Policy):
+        raise TypeError(
+            f"{who}: policy must be a fallgate Policy (Policy.from_toml(path), "
+            f"Policy.from_dict(data)), got {type(policy).__name__}"
+        )
+
+
 class DriverStep:
     """What every driver needs besides the loop: the turn (on the given clock),
     classified and scrubbed outcomes, and the end as a result or an exception."""
@@ -99,6 +109,7 @@ class DriverStep:
                 f"{driver}: unexpected keyword argument {name!r} "
                 f"(it takes: {', '.join(sorted(_NAMES))})"
             )
+        check_policy(policy, driver)
         health = options.get("health")
         clock = options.get("clock")
         random = options.get("random")
@@ -241,6 +252,11 @@ def run(
     entry (earlier entries are not used in this turn); ``telemetry`` names the turn's
     GenAI operation for OpenTelemetry (`fsm.host.observe.Telemetry`; used while it is on).
     """
+    if inspect.iscoroutinefunction(call):
+        raise TypeError(
+            "fsm.run: call is a coroutine function (async def): await fsm.arun(policy, call) "
+            "instead (run would take the unawaited coroutine for an answer)"
+        )
     return drive(policy, lambda a: call(a.target, a.credential), **options)
 
 
