@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from fallgate.fsm import Policy, Target
 from fallgate.fsm.health.shared_store import SharedHealthStore
@@ -155,3 +157,30 @@ def test_without_the_redis_package_the_error_says_which_extra_to_install(tmp_pat
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "pip install 'fallgate[redis]'" in out.stdout, out.stderr
+
+
+@pytest.mark.parametrize("deadline", [1.0, 0.3])
+def test_a_stuck_redis_costs_a_turn_one_timeout_and_never_a_targets_blame(
+    redis_server: Any, fault_server: FaultServer, deadline: float
+) -> None:
+    """Redis stuck, not down (it accepts connections and answers nothing): the store's
+    exchange gives up after its one timeout (0.5 s), not one for setting up its change
+    feed and another for the command. A 1 s turn then still answers, on local health; a
+    turn the exchange left no time fails saying so, and its primary is not blamed for a
+    timeout it never had (no request was made, no fault counted against it)."""
+    policy = attrs.evolve(chain(fault_server.base_url), deadline=deadline)
+    with redis_server.frozen(), fallgate.Fallgate(
+        policy, health=fallgate.RedisHealthStore(redis_server.url)
+    ) as client:
+        started = time.monotonic()
+        try:
+            reply = client.chat.completions.create(messages=[{"role": "user", "content": "hi"}])
+        except fallgate.TurnFailed as e:
+            assert deadline < 0.5, f"a {deadline} s turn failed: {e}"
+            assert "the health store's exchange took the rest of the" in str(e)
+            assert "transport" not in str(e), "the primary is not blamed"
+            assert fault_server.counts == {}, "no request went out"
+        else:
+            assert deadline >= 0.5 and reply.model == "primary"
+        took = time.monotonic() - started
+    assert took < 0.5 + 0.2 + (deadline if deadline >= 0.5 else 0), took

@@ -54,6 +54,7 @@ from typing import Any
 
 from ..clock import Clock
 from ..core.actions import Action, Attempt, Rebuild, Wait
+from ..core.state import MIN_ATTEMPT, TurnState
 from ..core.turn import TurnBase
 from ..kinds import Outcome
 from ..policy.model import Target
@@ -62,6 +63,17 @@ from . import recorder as _record
 from .observe import Telemetry
 
 __all__ = ["ahost_loop", "ahost_run", "host_loop", "must_sleep"]
+
+
+def took_the_time(s: TurnState) -> str | None:
+    """After a shared store's exchange before an attempt: did it leave the attempt no
+    time (a store that is slow to answer, not down)? Then the attempt is not made, so no
+    target is blamed for a timeout the store spent (the turn moves on as when the store
+    refuses an attempt, and the deadline ends it)."""
+    spent = s.clock() - s.started
+    if s.policy.deadline - spent >= MIN_ATTEMPT:
+        return None
+    return f"the health store's exchange took the rest of the {s.policy.deadline:g}s deadline"
 
 
 def must_sleep(wait: Wait) -> bool:
@@ -98,8 +110,8 @@ def host_loop(
         while True:
             if type(action) is Attempt:
                 if shared or action.probe or action.retry or not health.quiet():
-                    why = health.grant(s, action)
-                    if why is not None:
+                    why = health.grant(s, action) or (shared and took_the_time(s))
+                    if why:
                         action = turn.deny(why)
                         continue
                 if attempt is None:
@@ -167,10 +179,11 @@ class _AsyncSteps:
                 if shared or action.probe or action.retry or not health.quiet():
                     why = (
                         await asyncio.to_thread(health.grant, self.s, action)
+                        or took_the_time(self.s)
                         if shared
                         else health.grant(self.s, action)
                     )
-                    if why is not None:
+                    if why:
                         action = turn.deny(why)
                         continue
                 return action

@@ -268,7 +268,13 @@ class RedisBackend:
         except redis.ResponseError:  # no RESP3 or no tracking here: ask every time
             self._watchless = True
             return
-        except (*_CONNECTION_ERRORS, redis.RedisError, ValueError):
+        except _CONNECTION_ERRORS as e:
+            # the server does not answer (down, or stuck): the exchange that asked ends now,
+            # not after a second timeout on the command (two would cost a short turn its
+            # deadline); asked again after reconnect_after
+            self._down_until = time.monotonic() + self._reconnect_after
+            raise StoreUnavailable(f"{self.url}: {e or type(e).__name__}") from None
+        except (redis.RedisError, ValueError):
             return  # tried again after reconnect_after
         conn._parser.set_invalidation_push_handler(lambda push: self._stale(push[1]))
         self._watch = conn

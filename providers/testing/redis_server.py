@@ -7,6 +7,7 @@ same port let a test take the store away mid-run and bring it back.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -99,6 +101,19 @@ class RedisServer:
     def kill(self) -> None:
         """Stop at once (SIGKILL), as a crash would."""
         self._end(signal.SIGKILL)
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Stuck, not down (SIGSTOP, then SIGCONT on the way out): connections are
+        accepted by the kernel and nothing answers, as an overloaded or blocked server."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            raise RuntimeError("the Redis server is not running")
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
 
     def _end(self, sig: int) -> None:
         proc, self._proc = self._proc, None
