@@ -161,7 +161,10 @@ class TurnHeader:
 
     `start` is wall-clock epoch seconds as the turn's clock measured it; `clock` the
     turn clock's reading at that instant; `domain` names that clock (turns of one
-    domain share one time scale, so their `clock` readings compare exactly).
+    domain share one time scale, so their `clock` readings compare exactly). `store`
+    names the health store the turn read and wrote (turns of one store learnt from each
+    other; the name of a shared store, or one in-memory store of one process); None in a
+    recording made before it was written.
     """
 
     turn: str
@@ -170,19 +173,21 @@ class TurnHeader:
     domain: str
     first: int
     targets: tuple[TracedTarget, ...] = attrs.field(converter=_targets)
+    store: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "v": FORMAT,
-                "turn": self.turn,
-                "start": self.start,
-                "clock": self.clock,
-                "domain": self.domain,
-                "first": self.first,
-                "targets": [attrs.asdict(t) for t in self.targets],
-            }
-        )
+        line: dict[str, Any] = {
+            "v": FORMAT,
+            "turn": self.turn,
+            "start": self.start,
+            "clock": self.clock,
+            "domain": self.domain,
+            "first": self.first,
+            "targets": [attrs.asdict(t) for t in self.targets],
+        }
+        if self.store is not None:
+            line["store"] = self.store
+        return json.dumps(line)
 
 
 def _events(value: Iterable[TraceEvent]) -> tuple[TraceEvent, ...]:
@@ -246,7 +251,7 @@ _WORDS: Final = {int: "an integer", str: "a string", bool: "true or false", list
 
 def _header(obj: dict[str, Any], n: int) -> TurnHeader:
     v = obj["v"]
-    if v != FORMAT:
+    if type(v) is not int or v != FORMAT:  # `true == 1`: a boolean is no version
         raise TraceError(
             n, f"trace format version {v!r} is not supported (this fallgate reads version {FORMAT})"
         )
@@ -267,6 +272,8 @@ def _header(obj: dict[str, Any], n: int) -> TurnHeader:
         v = obj.get(k)
         if isinstance(v, float) and not math.isfinite(v):
             problems.append(f"{k} must be a finite number")
+    if not isinstance(obj.get("store", ""), str):
+        problems.append("store must be a string")
     if problems:
         raise TraceError(n, "turn line: " + ", ".join(problems))
     targets = []
@@ -297,6 +304,7 @@ def _header(obj: dict[str, Any], n: int) -> TurnHeader:
         obj["domain"],
         obj["first"],
         tuple(targets),
+        obj.get("store"),
     )
 
 

@@ -461,3 +461,50 @@ def test_an_answer_that_ends_at_the_deadline_replays_as_an_answer(pause: float) 
     (turn,) = report.turns
     assert turn.recorded.end == "done"
     assert turn.same_path and turn.replayed.end == "done"
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["a-store-each", "one-store"])
+def test_turns_recorded_on_two_stores_replay_on_two_stores(shared: bool) -> None:
+    """Two workers, each with its own health store, one recording: worker A's 429 benched
+    the primary for A only, and worker B's turn 3 s later was answered by the primary.
+    Under the recording policy both replay their recorded paths; had the workers shared
+    one store, B would have skipped the primary, and so it does in the replay."""
+    policy = two_targets()
+    lines: list[str] = []
+    clock = VirtualClock()
+    a, b = HealthStore(), HealthStore()
+    with record_traces(lines.append):
+        play(policy, ["quota", "success"], clock=clock, health=a, attempt_seconds=0.3)
+        clock.advance(3.0)
+        play(policy, ["success"], clock=clock, health=a if shared else b, attempt_seconds=0.3)
+    text = "".join(lines)
+    stores = {h["store"] for h in map(json.loads, text.splitlines()) if "v" in h}
+    assert len(stores) == (1 if shared else 2)
+    turns = replay(text, policy).turns
+    assert all(t.same_path for t in turns), [t.replayed.requests for t in turns]
+    assert turns[1].replayed.requests == ({"b": 1} if shared else {"a": 1})
+
+
+def test_a_recording_that_names_no_store_replays_on_one() -> None:
+    """Recordings made before turn lines named their store: every turn on one store."""
+    policy = two_targets()
+    lines: list[str] = []
+    clock = VirtualClock()
+    with record_traces(lines.append):
+        play(policy, ["quota", "success"], clock=clock, health=HealthStore(), attempt_seconds=0.3)
+        clock.advance(3.0)
+        play(policy, ["success"], clock=clock, health=HealthStore(), attempt_seconds=0.3)
+    heads_without_store = []
+    for line in "".join(lines).splitlines():
+        obj = json.loads(line)
+        obj.pop("store", None)
+        heads_without_store.append(json.dumps(obj))
+    turns = replay("\n".join(heads_without_store) + "\n", policy).turns
+    assert turns[1].replayed.requests == {"b": 1}  # the first turn's cooldown, as before
+
+
+def test_a_boolean_is_not_a_trace_format_version() -> None:
+    head = json.loads(recorded(two_targets(), ["success"]).splitlines()[0])
+    head["v"] = True
+    with pytest.raises(TraceError, match="version True is not supported"):
+        read_turns(json.dumps(head) + "\n")

@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -29,6 +30,7 @@ from ..trace import TracedTarget, TurnHeader, turn_jsonl
 
 if TYPE_CHECKING:
     from ..core.state import TurnState
+    from ..health.store import HealthStore
 
 __all__ = ["ACTIVE", "Recorder", "record_traces", "stop_recording"]
 
@@ -51,6 +53,25 @@ def _process_id() -> str:
     if not _process:
         _process = os.urandom(3).hex()
     return _process
+
+
+#: This process's in-memory stores, numbered as first recorded (turns of one learnt
+#: from each other; another process's never).
+_stores: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+_STORES: Final = itertools.count(1)  # never reused: a new store is never an old one
+
+
+def _store_name(health: HealthStore) -> str:
+    """The name of the health store a turn used, as a replay keeps stores apart: a shared
+    one by its own name (its URL, never a password), an in-memory one by this process
+    and its number here."""
+    if health.shared:
+        return f"shared:{getattr(health, 'name', '')}"
+    with _lock:
+        name = _stores.get(health)
+        if name is None:
+            name = _stores[health] = f"memory:{_process_id()}:{next(_STORES)}"
+    return name
 
 
 def _domain(clock: Callable[[], float], reading: float) -> tuple[str, float, float]:
@@ -109,6 +130,7 @@ class Tape:
             domain,
             s.first,
             targets,
+            _store_name(s.health),
         )
         self.draws: list[tuple[int, float]] = []
         inner = s.random

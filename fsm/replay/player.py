@@ -154,7 +154,10 @@ class _Replay:
         self.policy = policy
         self.rules = rules
         self.default = default
-        self.health = HealthStore()
+        # one store per store the recording's turns used (turns of one learnt from each
+        # other, those of two processes with their own stores did not); a recording that
+        # does not name its stores shares one
+        self.stores: dict[str | None, HealthStore] = {}
         starts = turn_starts(turns)
         self.origin = min(starts)
         self.clock = _Now(self.origin)
@@ -225,7 +228,11 @@ class _Replay:
         action: Action
         if t is None:
             t = r.turn = Turn(
-                self.policy, health=self.health, clock=self.clock, random=r.random, first=r.first
+                self.policy,
+                health=self.store_of(r.rec),
+                clock=self.clock,
+                random=r.random,
+                first=r.first,
             )
             events = r.rec.events
             if events and events[0].time > _ROUNDING:  # the host started it that much later
@@ -243,7 +250,7 @@ class _Replay:
             action = t.rebuilt(ok)
         else:
             action = t.waited()
-        health = self.health
+        health = t.s.health
         while True:
             r.follow()
             if t.done:
@@ -288,6 +295,14 @@ class _Replay:
                 action = t.rebuilt(ok)
                 continue
             return None  # Finish or Fail: `done` on the next look
+
+    def store_of(self, rec: TracedTurn) -> HealthStore:
+        """The replay's health store for the store `rec` was recorded on."""
+        name = rec.header.store if rec.header is not None else None
+        store = self.stores.get(name)
+        if store is None:
+            store = self.stores[name] = HealthStore()
+        return store
 
     def answer(
         self, r: _Run, a: Attempt, now: float, nxt: TraceEvent | None
