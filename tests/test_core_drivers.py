@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
-from fallgate.fsm import HealthStore, TurnFailed, VirtualClock, arun, instant_waits, run
+from fallgate.fsm import HealthStore, TurnFailed, VirtualClock, arun, drive, instant_waits, run
+from fallgate.fsm.core.actions import Attempt
 from fallgate.fsm.core.turn import TransitionsTurn, Turn
 from fallgate.fsm.trace import TraceEvent, from_jsonl, to_jsonl
 
@@ -298,3 +300,22 @@ def _started() -> Turn:
 
 async def _async_call(target, credential):
     return "answer"
+
+
+def test_time_a_slow_hook_spends_is_the_turns_and_no_attempt_goes_out_past_the_deadline():
+    """A hook that takes 1 s per transition (on the turn's clock), a 1.5 s deadline: the
+    first attempt goes out 1 s after the turn decided it, with the 0.5 s the deadline
+    leaves as its timeout, not the whole of it; the fallback, decided at 1 s and handed
+    over at 2 s, is not made (before, it went out past the deadline)."""
+    clock = VirtualClock()
+    handed: list[tuple[str, float, float]] = []
+
+    def attempt(a: Attempt) -> Any:
+        handed.append((a.target.model, a.timeout, clock.now()))
+        raise Status(503)
+
+    policy = chain("m0", "m1", max_attempts=1, deadline=1.5)
+    with pytest.raises(TurnFailed) as failed:
+        drive(policy, attempt, clock=clock, on_transition=lambda ev: clock.advance(1.0))
+    assert [(m, round(t, 6)) for m, t, _ in handed] == [("m0", 0.5)]
+    assert "went before the attempt could go out" in str(failed.value)

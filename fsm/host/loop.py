@@ -52,6 +52,8 @@ import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from typing import Any
 
+import attrs
+
 from ..clock import Clock
 from ..core.actions import Action, Attempt, Rebuild, Wait
 from ..core.state import MIN_ATTEMPT, TurnState
@@ -65,15 +67,32 @@ from .observe import Telemetry
 __all__ = ["ahost_loop", "ahost_run", "host_loop", "must_sleep"]
 
 
-def took_the_time(s: TurnState) -> str | None:
-    """After a shared store's exchange before an attempt: did it leave the attempt no
-    time (a store that is slow to answer, not down)? Then the attempt is not made, so no
-    target is blamed for a timeout the store spent (the turn moves on as when the store
-    refuses an attempt, and the deadline ends it)."""
-    spent = s.clock() - s.started
-    if s.policy.deadline - spent >= MIN_ATTEMPT:
-        return None
-    return f"the health store's exchange took the rest of the {s.policy.deadline:g}s deadline"
+#: Time between the turn's decision and the hand-over below which nothing is redone.
+_HANDOVER_SLACK = 0.001
+#: The least time left worth sending a late attempt with (its client's own set-up would
+#: take the rest, and it would fail "before it reached the network", blaming its target).
+_HANDOVER_LEAST = 0.01
+
+
+def as_of_now(s: TurnState, a: Attempt) -> Attempt | str:
+    """Attempt `a` as it goes out now: a shared store's exchange or a slow on_transition
+    hook may have spent time since the turn decided it, which its bounds must not give
+    again, so its timeout and time left are what the deadline leaves now. When it leaves
+    none worth sending (`_HANDOVER_LEAST`; the store's exchange before the turn began may
+    have taken it too), why the attempt is not made (the turn moves on as when the store
+    refuses one, and the deadline ends it): no target is blamed for a timeout it never
+    had. Asked only of turns on a shared store or with a hook (the others hand over at
+    once)."""
+    now = s.clock()
+    left = s.policy.deadline - (now - s.started)
+    if left < max(MIN_ATTEMPT, _HANDOVER_LEAST):
+        return (
+            f"the rest of the {s.policy.deadline:g}s deadline went before the attempt could "
+            "go out (on the health store's exchanges or the on_transition hook)"
+        )
+    if now - s.at <= _HANDOVER_SLACK or left >= a.until_deadline:
+        return a
+    return attrs.evolve(a, timeout=min(a.timeout, left), until_deadline=left)
 
 
 def must_sleep(wait: Wait) -> bool:
@@ -110,14 +129,18 @@ def host_loop(
         while True:
             if type(action) is Attempt:
                 if shared or action.probe or action.retry or not health.quiet():
-                    why = health.grant(s, action) or (shared and took_the_time(s))
-                    if why:
+                    why = health.grant(s, action)
+                    if why is not None:
                         action = turn.deny(why)
                         continue
+                out = as_of_now(s, action) if shared or s.hook is not None else action
+                if isinstance(out, str):
+                    action = turn.deny(out)
+                    continue
                 if attempt is None:
-                    action = turn.feed((yield action))
+                    action = turn.feed((yield out))
                 else:
-                    action = turn.feed(attempt(action))
+                    action = turn.feed(attempt(out))
             elif type(action) is Wait:
                 if must_sleep(action):
                     clock.sleep(action.seconds)
@@ -179,14 +202,17 @@ class _AsyncSteps:
                 if shared or action.probe or action.retry or not health.quiet():
                     why = (
                         await asyncio.to_thread(health.grant, self.s, action)
-                        or took_the_time(self.s)
                         if shared
                         else health.grant(self.s, action)
                     )
-                    if why:
+                    if why is not None:
                         action = turn.deny(why)
                         continue
-                return action
+                out = as_of_now(self.s, action) if shared or self.s.hook is not None else action
+                if isinstance(out, str):
+                    action = turn.deny(out)
+                    continue
+                return out
             if type(action) is Wait:
                 if must_sleep(action):
                     await self.clock.asleep(action.seconds)
