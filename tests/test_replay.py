@@ -508,3 +508,29 @@ def test_a_boolean_is_not_a_trace_format_version() -> None:
     head["v"] = True
     with pytest.raises(TraceError, match="version True is not supported"):
         read_turns(json.dumps(head) + "\n")
+
+
+def test_a_timeout_recorded_a_little_past_its_bound_replays_as_recorded_not_as_time_saved() -> (
+    None
+):
+    """A real client notices its timeout a little late (the bound's lag, some ms): the
+    recorded attempt took 0.546 s on a 0.5 s bound. Under the recording policy it is the
+    same timeout at the same instant: nothing saved, every time as recorded."""
+    policy = two_targets(attempt_timeout=0.5)
+    lines: list[str] = []
+    clock = VirtualClock()
+
+    def attempt(a: Attempt) -> Outcome:
+        if a.target.model == "a":
+            clock.advance(a.timeout + 0.046)
+            return Outcome("transport", detail="timed out")
+        clock.advance(0.2)
+        return Outcome("success", value="ok")
+
+    with record_traces(lines.append):
+        turn = Turn(policy, health=HealthStore(), clock=clock.now, random=lambda: 0.5)
+        for _ in host_loop(turn, clock=clock, attempt=attempt):
+            pass
+    (t,) = replay("".join(lines), policy).turns
+    assert t.same_path
+    assert t.replayed.seconds == pytest.approx(t.recorded.seconds, abs=1e-6)

@@ -25,7 +25,9 @@ What a request is answered with, in this order:
    answers so (``success:0.4``); ``unknown`` stops the turn there (it ends ``unknown``).
    Listed as an assumption.
 
-A request whose latency exceeds the new policy's attempt timeout times out (transport).
+A request whose latency exceeds the new policy's attempt timeout times out (transport),
+but a recorded timeout that ended a little past that bound (`_TIMEOUT_LAG`) replays as
+recorded.
 Jitter draws the turn's recorded random values first, in order, then a generator seeded
 with ``seed`` and the turn's id; the mix draws use their own seeded generator: a replay
 is deterministic given its seed. Pure: no I/O, no wall clock.
@@ -140,6 +142,18 @@ class _Run:
         assert self.turn is not None
         i = len(self.turn.trace)
         return self.rec.events[i] if self.on_script and i < len(self.rec.events) else None
+
+
+#: How far past its bound a recorded timeout may end and still be that bound's: the
+#: host's lag in noticing it (the bounds hold within some 50 ms on an idle machine).
+_TIMEOUT_LAG: Final = 0.1
+
+
+def _timed_out_at(o: Outcome, latency: float, a: Attempt) -> bool:
+    """Is the recorded answer a timeout at this attempt's own bound (a transport fault
+    that ended at most `_TIMEOUT_LAG` past it)? Then it replays as recorded, the host's
+    lag included: under the recording policy a timeout is no time saved."""
+    return o.kind is OutcomeKind.TRANSPORT and latency <= a.timeout + _TIMEOUT_LAG
 
 
 class _Replay:
@@ -270,7 +284,7 @@ class _Replay:
                     action = t.cancel()
                     continue
                 o, latency = answer
-                if latency > action.timeout + _ROUNDING:  # not float dust past it
+                if latency > action.timeout + _ROUNDING and not _timed_out_at(o, latency, action):
                     o = Outcome(
                         OutcomeKind.TRANSPORT,
                         detail=f"timed out: the recorded answer took {latency:g}s",
