@@ -631,3 +631,25 @@ def test_a_bad_redis_store_argument_is_refused_naming_it(
     url = kwargs.pop("url")
     with pytest.raises(error, match=message):
         RedisHealthStore(url, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_sqlite_file_deleted_or_replaced_while_open_is_reopened_saying_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, how: str
+) -> None:
+    """A process keeps its file open; an operator deletes the file (or moves another in),
+    and the processes that start after open the new one. The old process follows them to
+    the file at the path, with one WARNING, instead of keeping health of its own nobody
+    sees."""
+    path = tmp_path / "health.db"
+    old = SQLiteBackend(path)
+    old.transact(["k"], increment("k"), ttl=60)
+    path.unlink()
+    if how == "replaced":
+        SQLiteBackend(path).transact(["other"], increment("other"), ttl=60)
+    old.transact(["k"], increment("k"), ttl=60)  # the first exchange after: reopens
+    assert count(SQLiteBackend(path), "k") == 1, "the write went to the file at the path"
+    warned = [r for r in caplog.records if "was deleted or replaced while open" in r.getMessage()]
+    assert len(warned) == 1
+    old.transact(["k"], increment("k"), ttl=60)
+    assert len([r for r in caplog.records if "replaced while open" in r.getMessage()]) == 1

@@ -18,6 +18,7 @@ corrupt file is a store outage, not an error that stops a process from starting.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import sqlite3
@@ -27,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...fsm.health.backend import Record, Records, StoreUnavailable, Update, decode_record
+
+logger = logging.getLogger("fallgate")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS fallgate_health (
@@ -65,6 +68,7 @@ class SQLiteBackend:
         self._busy_timeout = busy_timeout
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._opened: tuple[int, int] | None = None  # the file `_conn` has open
         self._pid = 0
         self._busy_until = 0.0  # monotonic: fail fast until then (the file was locked)
 
@@ -97,8 +101,18 @@ class SQLiteBackend:
         handler, so opening retries them (with jitter) until `busy_timeout` has passed.
         """
         if self._conn is not None and self._pid == os.getpid():
-            self._wait_at_most(self._conn, deadline)
-            return self._conn
+            if self._file_id() == self._opened:
+                self._wait_at_most(self._conn, deadline)
+                return self._conn
+            # deleted or replaced under us: the processes that open the path now would
+            # share another file than this one, each its own health, and never know
+            logger.warning(
+                "fallgate: health store %s was deleted or replaced while open; opening "
+                "the file now at that path (what this process learns goes there)",
+                self.url,
+            )
+            self._conn.close()
+            self._conn = None
         pause = 0.005
         while True:
             conn: sqlite3.Connection | None = None
@@ -119,7 +133,16 @@ class SQLiteBackend:
                     continue
                 raise StoreUnavailable(f"{self.url}: cannot open the health store: {e}") from None
             self._conn, self._pid = conn, os.getpid()
+            self._opened = self._file_id()
             return conn
+
+    def _file_id(self) -> tuple[int, int] | None:
+        """Which file the path names now (device and inode; None: none)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
 
     def _wait_at_most(self, conn: sqlite3.Connection, deadline: float) -> None:
         """SQLite's busy handler waits no longer than what is left of the call."""
