@@ -534,3 +534,28 @@ def test_a_timeout_recorded_a_little_past_its_bound_replays_as_recorded_not_as_t
     (t,) = replay("".join(lines), policy).turns
     assert t.same_path
     assert t.replayed.seconds == pytest.approx(t.recorded.seconds, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda lines: [lines[0], lines[2], lines[1], *lines[3:]], "seq 2 of turn .* where seq 1"),
+        (lambda lines: [lines[0], lines[1], lines[1], *lines[2:]], "seq 1 of turn .* where seq 2"),
+        (lambda lines: [lines[0], *lines[2:]], "seq 2 of turn .* where seq 1"),
+    ],
+    ids=["swapped", "repeated", "missing"],
+)
+def test_a_reordered_or_edited_recording_is_refused_naming_the_line(edit: Any, says: str) -> None:
+    text = recorded(two_targets(), ["rate_limited:20", "success"])
+    lines = text.splitlines()
+    with pytest.raises(ReplayError, match=says):
+        replay("\n".join(edit(lines)) + "\n", two_targets())
+
+
+def test_a_transition_that_leaves_another_state_than_the_last_entered_is_refused() -> None:
+    lines = recorded(two_targets(), ["rate_limited:20", "success"]).splitlines()
+    second = json.loads(lines[2])
+    second["source"] = "fallback_1"
+    lines[2] = json.dumps(second)
+    with pytest.raises(ReplayError, match="leaves 'fallback_1', but the one before it entered"):
+        replay("\n".join(lines) + "\n", two_targets())

@@ -77,6 +77,7 @@ def check_turns(turns: list[TracedTurn]) -> None:
                 "recorded by fallgate.record_traces",
                 t.line,
             )
+        _check_sequence(t)
         names = {x.name for x in t.header.targets}
         for (asked, e), n in zip(asked_requests(t.events), _request_lines(t), strict=True):
             if asked not in names:
@@ -87,6 +88,28 @@ def check_turns(turns: list[TracedTurn]) -> None:
                 raise ReplayError(f"latency {e.latency!r} must be seconds >= 0", n)
             if e.status is not None and isinstance(e.status, bool):
                 raise ReplayError("status must be an integer", n)
+
+
+def _check_sequence(t: TracedTurn) -> None:
+    """A turn's transitions as the machine took them: numbered 1, 2, 3, ... in file
+    order, each leaving the state the one before entered (a hand-edited or reordered
+    file is named here, not by what replaying it would make of it)."""
+    lines = t.lines or tuple(t.line for _ in t.events)
+    before = "idle"
+    for i, (e, n) in enumerate(zip(t.events, lines, strict=False), start=1):
+        if e.seq != i:
+            raise ReplayError(
+                f"transition seq {e.seq} of turn {t.id} where seq {i} was due: its lines "
+                "are out of order, repeated or missing",
+                n,
+            )
+        if e.source != before:
+            raise ReplayError(
+                f"transition {i} of turn {t.id} leaves {e.source!r}, but the one before "
+                f"it entered {before!r}",
+                n,
+            )
+        before = e.dest
 
 
 def _request_lines(t: TracedTurn) -> list[int]:
