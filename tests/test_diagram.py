@@ -349,4 +349,6 @@ def test_the_overview_ids_are_safe_and_it_never_shows_a_key():
 
 def test_mermaid_label_escapes_are_one_pass():
     # '"' -> '#quot;' must not have its ';' escaped again (it showed as "#quot;")
-    assert mermaid_text('q"u;o#t<1>%{x}') == "q#quot;u#59;o#35;t#lt;1#gt;#37;(x)"
+    assert mermaid_text('q"u;o#t<1>%{x}') == "q#quot;u#59;o#35;t#lt;1#gt;#37;#123;x#125;"
+    # a name that holds entity-like text shows as written: "&lt;" is not read as "<"
+    assert mermaid_text("R&D &lt;") == "R#38;D #38;lt#59;"

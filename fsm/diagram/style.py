@@ -76,13 +76,14 @@ def fmt_seconds(x: float) -> str:
 _MERMAID_ESCAPES: Final = str.maketrans(
     {
         "#": "#35;",
+        "&": "#38;",  # else HTML reads "&lt;" in a name as "<"
         '"': "#quot;",
         ";": "#59;",
         "<": "#lt;",
         ">": "#gt;",
         "%": "#37;",
-        "{": "(",
-        "}": ")",
+        "{": "#123;",
+        "}": "#125;",
     }
 )
 
