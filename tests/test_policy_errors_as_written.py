@@ -71,6 +71,50 @@ def test_a_members_problem_names_the_member_as_written_with_its_line(tmp_path):
     assert "targets[" not in says
 
 
+@pytest.mark.parametrize(
+    "written, says_at",
+    [
+        ('group = ""', "line 4: primary.group = ''"),
+        ("context_length = 0", "line 4: primary.context_length = 0"),
+        ('rotation = "random"', "line 4: primary.rotation = 'random'"),
+        ('base_url = "ftp://x"', "line 4: primary.base_url = 'ftp://x'"),
+    ],
+)
+def test_a_bad_field_of_a_group_entry_is_said_once_at_the_entry_not_per_member(
+    tmp_path, written, says_at
+):
+    """The members take the entry's fields; a bad one is the entry's mistake: one problem,
+    at the entry's field and line, not one per member at a field the member never wrote."""
+    text = (
+        f'[primary]\nprovider = "fault"\nmodel = "m"\n{written}\nmembers = [\n'
+        f'  {{ api_key = "{key(0)}" }},\n'
+        f'  {{ api_key = "{key(1)}" }},\n]\n'
+    )
+    says = _problems(tmp_path, text)
+    assert says_at in says, says
+    assert "(1 problem)" in says, says
+    assert "members[" not in says, says
+
+
+def test_a_group_named_after_a_bad_model_says_the_model_once_and_no_group(tmp_path):
+    text = (
+        '[primary]\nprovider = "fault"\nmodel = 5\nbase_url = "http://127.0.0.1:9/v1"\n'
+        f'members = [\n  {{ api_key = "{key(0)}" }},\n  {{ api_key = "{key(1)}" }},\n]\n'
+    )
+    says = _problems(tmp_path, text)
+    assert "line 3: primary.model = 5" in says and "(1 problem)" in says, says
+    assert ".group" not in says, says
+
+
+def test_a_members_own_bad_field_stays_the_members(tmp_path):
+    text = (
+        '[primary]\nprovider = "fault"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        f'members = [\n  {{ api_key = "{key(0)}" }},\n'
+        f'  {{ api_key = "{key(1)}", rotation = "random" }},\n]\n'
+    )
+    says = _problems(tmp_path, text)
+    assert "line 7: primary.members[1].rotation = 'random'" in says, says
+
 def test_a_limit_in_a_message_is_shown_as_a_number_not_masked_as_a_secret():
     with pytest.raises(PolicyError) as e:
         Policy.from_dict(

@@ -195,11 +195,17 @@ def _target_from_dict(
 
 
 def _entry_from_dict(
-    data: Any, path: str, ps: Problems, extra: Mapping[str, Provider] | None = None
+    data: Any,
+    path: str,
+    ps: Problems,
+    extra: Mapping[str, Provider] | None = None,
+    inherited: dict[str, tuple[str, frozenset[str]]] | None = None,
 ) -> list[tuple[Target | None, str]]:
     """One chain entry: a target, or with ``members = [...]`` a deployment group (one
     target per member, each member's fields over the entry's; `fsm.policy.groups`); each
-    with the path the user wrote it at (``primary``, ``fallback_providers[0].members[1]``)."""
+    with the path the user wrote it at (``primary``, ``fallback_providers[0].members[1]``).
+    `inherited` learns, per member path, the entry's path and the fields the member took
+    from it (a problem with one of those is the entry's: `_relocated`)."""
     if not isinstance(data, Mapping) or "members" not in data:
         return [(_target_from_dict(data, path, ps, extra), path)]
     _unknown(ps, data, _GROUP_KEYS, f"{path}.")
@@ -215,8 +221,9 @@ def _entry_from_dict(
         ps.add(f"{path}.weight", data["weight"], "a weight is given per member")
     shared = {k: v for k, v in data.items() if k in _TARGET_KEYS and k != "weight"}
     label = shared.pop("group", None)
-    if label is None:
-        label = data.get("model")
+    if label is None:  # named after its model (a bad model is its own problem, once)
+        model = data.get("model")
+        label = model if isinstance(model, str) and model.strip() else None
     out: list[tuple[Target | None, str]] = []
     for j, member in enumerate(raw):
         where = f"{path}.members[{j}]"
@@ -231,8 +238,37 @@ def _entry_from_dict(
             continue
         own_keys = any(k in member for k in (*_CREDENTIAL_KEYS, "keyless"))
         base = {k: v for k, v in shared.items() if not (own_keys and k in _CREDENTIAL_KEYS)}
+        origin = (path, frozenset({k for k in base if k not in member} | {"group"}))
+        if inherited is not None:
+            inherited[where] = origin
+        n = len(ps.items)
         target = _target_from_dict({**base, **member, "group": label}, where, ps, extra)
+        ps.items[n:] = [_relocated(p, {where: origin}) for p in ps.items[n:]]
         out.append((target, where))
+    return out
+
+
+_MEMBER_FIELD = re.compile(r"(.*\.members\[\d+\])\.([A-Za-z_][A-Za-z0-9_]*)(.*)", re.DOTALL)
+
+
+def _relocated(p: Problem, inherited: Mapping[str, tuple[str, frozenset[str]]]) -> Problem:
+    """A problem with a field a group's member took from its entry, at the path (so the
+    line) the user wrote it at: ``primary.rotation``, not ``primary.members[1].rotation``."""
+    m = _MEMBER_FIELD.fullmatch(p.path)
+    origin = inherited.get(m[1]) if m is not None else None
+    if m is None or origin is None or m[2] not in origin[1]:
+        return p
+    return attrs.evolve(p, path=f"{origin[0]}.{m[2]}{m[3]}")
+
+
+def _once(problems: Sequence[Problem]) -> list[Problem]:
+    """Each problem once (an entry's bad field is found on every member that took it)."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for p in problems:
+        if (p.path, p.message) not in seen:
+            seen.add((p.path, p.message))
+            out.append(p)
     return out
 
 
@@ -409,8 +445,9 @@ def _policy_from_dict(policy: type[P], data: Mapping[str, Any]) -> P:
         ps.add("fallback_providers", fb, "must be a list of tables")
     else:
         entries += [(f"fallback_providers[{i}]", t) for i, t in enumerate(fb)]
+    inherited: dict[str, tuple[str, frozenset[str]]] = {}
     for path, entry in entries:
-        targets += _entry_from_dict(entry, path, ps, extra)
+        targets += _entry_from_dict(entry, path, ps, extra, inherited)
     _claim_groups(entries, ps)
     backoff = _sub(ps, data, "backoff", Backoff, _init_fields(Backoff))
     cooldown = _sub(ps, data, "cooldown", Cooldown, _init_fields(Cooldown))
@@ -455,10 +492,11 @@ def _policy_from_dict(policy: type[P], data: Mapping[str, Any]) -> P:
             policy(targets=good_targets or [_PLACEHOLDER_TARGET], **fields)
         except PolicyError as e:
             ps.items += [p for p in e.problems if not p.path.startswith("targets")]
+        ps.items = _once(ps.items)
         ps.raise_if_any()
     try:
         return policy(targets=good_targets, **fields)
     except PolicyError as e:
-        ps.items += [_as_written(p, written) for p in e.problems]
+        ps.items = _once([_relocated(_as_written(p, written), inherited) for p in e.problems])
         ps.raise_if_any()
         raise  # pragma: no cover
