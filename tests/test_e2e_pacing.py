@@ -10,6 +10,7 @@ import openai
 import pytest
 from fallgate.fsm import HealthStore, TurnFailed
 from fallgate.fsm.catalogue.ratelimit import parse_limits
+from fallgate.fsm.health.headroom import UNNAMED_RESET
 from fallgate.providers import Fallgate
 from fallgate.providers.testing import FaultServer
 
@@ -143,3 +144,28 @@ def test_a_callers_own_client_factory_is_paced_too(asynchronous: bool) -> None:
                 models = [gate.chat.completions.create(messages=HELLO).model for _ in range(8)]
         assert models == ["m0"] * 4 + ["m1"] * 4
         assert srv.buckets.refused == {}
+
+
+@pytest.mark.parametrize("reset", ["soon", None], ids=["unreadable reset", "no reset"])
+def test_a_key_said_empty_without_a_readable_reset_is_held_a_moment_not_for_good(reset) -> None:
+    """A reply says "no requests left" and names no reset it can be read by: the key is
+    held for `UNNAMED_RESET` (the next turn goes to the fallback), then called again; a
+    key is never lost for good to a reply that did not say until when."""
+    headers = {"x-ratelimit-remaining-requests": "0"}
+    if reset is not None:
+        headers["x-ratelimit-reset-requests"] = reset
+    with FaultServer() as srv:
+        srv.script(
+            {
+                "models": {"m0": [{"kind": "answer", "text": "said", "headers": headers}]},
+                "default": {"kind": "answer", "text": "ok"},
+            }
+        )
+        policy = chain("m0", "m1", server=srv, provider="openai")
+        with Fallgate(policy, health=HealthStore()) as gate:
+            ask = gate.chat.completions.create
+            assert ask(messages=HELLO).model == "m0"
+            assert ask(messages=HELLO).model == "m1"  # held: the provider said it is empty
+            time.sleep(UNNAMED_RESET + 0.1)
+            assert [ask(messages=HELLO).model for _ in range(2)] == ["m0", "m0"]
+        assert srv.count("m0") == 3

@@ -114,14 +114,15 @@ def tell(
 
 def said_empty_until(r: Mapping[str, Any], now: float) -> float:
     """When the key a headroom record is about may be called again, as the provider said
-    it: 0 unless it said no requests are left, else the reset it named (inf when it named
-    none) while that is ahead."""
+    it: 0 unless it said no requests are left, else the reset it named (when it named
+    none, `headroom.UNNAMED_RESET` after it said so) while that is ahead."""
     left = r.get("rq")
     if not isinstance(left, int | float) or left > 0:
         return 0.0
     at = r.get("rqa")
     if not isinstance(at, int | float):
-        return math.inf
+        said = r.get("said")
+        at = said + room.UNNAMED_RESET if isinstance(said, int | float) else 0.0
     return float(at) if at > now else 0.0
 
 

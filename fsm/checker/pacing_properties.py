@@ -7,8 +7,6 @@ the fallback gate with pacing on, is the gate itself, whose oracle reads the hea
 
 from __future__ import annotations
 
-import math
-
 from ..core.actions import Attempt
 from .pacing import held, said_empty_until
 from .timing import EPS
@@ -32,7 +30,7 @@ def no_call_on_an_empty_key(rec: TransitionRecord) -> Finding | None:
     until = said_empty_until(h.headroom(rec.ctx.keys[j], a.credential.health_id), rec.now)
     if until <= rec.now + EPS:
         return None
-    left = "no reset named" if math.isinf(until) else f"reset in {until - rec.now:g} s"
+    left = f"reset in {until - rec.now:g} s"
     return Finding(
         "no_call_on_an_empty_key",
         f"called {rec.ctx.names[j]} with {a.credential.id}, which its provider said has no "

@@ -28,6 +28,9 @@ The rules:
   the whole limit (it is the provider's to refuse). When a limit has no room: the key is
   free again at that limit's reset, or, past its reset and used up by the reservations
   since, `AFTER_RESET` later (the next reply says more).
+- **No reset named** (none sent, or one that cannot be read): the limit is taken to
+  reset `UNNAMED_RESET` after the reply that said it. A key is never held back for good
+  by a reply that did not say until when.
 - **Reserve** (`reserve`): take one request and `cost` tokens only if `ready_at` says
   now; else refuse (None). A reservation expires on its own at `expires` (an attempt's
   bound and a grace): a process that died mid-attempt leaks nothing.
@@ -50,6 +53,7 @@ __all__ = [
     "AFTER_RESET",
     "ARRIVAL",
     "GRACE",
+    "UNNAMED_RESET",
     "headroom_key",
     "identities",
     "identity",
@@ -72,6 +76,10 @@ ARRIVAL: Final = 0.25
 AFTER_RESET: Final = 0.05
 #: A reservation outlives its attempt's bound by this much before it expires on its own.
 GRACE: Final = 1.0
+#: A limit said with no reset named (or one that cannot be read) is taken to reset this
+#: long after the reply (seconds). Short: a key still empty then answers with its limits
+#: again, or a 429 that benches it; a long guess would idle a key that has room.
+UNNAMED_RESET: Final = 1.0
 _TIMES: Final = ("rqa", "tka", "said")
 
 
@@ -136,35 +144,40 @@ def observe(r: Record, now: float, limits: Limits) -> Record:
     return out
 
 
+def _reset(r: Mapping[str, Any], short: str) -> tuple[float, bool]:
+    """When limit `short` resets, and whether the provider named that time (else it is
+    `UNNAMED_RESET` after the reply that said the limit)."""
+    reset = _num(r, short + "a")
+    if reset is not None:
+        return reset, True
+    said = _num(r, "said")
+    return (said if said is not None else -math.inf) + UNNAMED_RESET, False
+
+
 def _limit_ready(
     r: Mapping[str, Any], now: float, short: str, need: float, res: dict[str, list[float]]
 ) -> float:
     """When limit `short` ("rq" or "tk") has room for `need` (requests or tokens): `now`,
-    or the time it will (inf: never known)."""
+    or the time it will."""
     rem = _num(r, short)
     if rem is None:
         return now  # never spoken of: no limit
-    reset = _num(r, short + "a")
-    said = _num(r, "said") or -math.inf
-    index = 0 if short == "tk" else None
-    past = False
-    if reset is not None and reset <= now:
-        past = True
-        lim = _num(r, short + "l")
+    reset = _reset(r, short)[0]
+    lim = _num(r, short + "l")
+    want = need if lim is None else min(need, lim)
+    tokens = short == "tk"
+    past = reset <= now
+    if past:
         if lim is None:
             return now  # reset, and the whole limit unknown: no limit until a reply says
-        since = reset
         room = lim
+        since = reset
     else:
-        since = said - ARRIVAL
+        since = (_num(r, "said") or -math.inf) - ARRIVAL
         room = rem
-        lim = _num(r, short + "l")
-    used = sum(v[0] if index == 0 else 1.0 for v in res.values() if v[1] > since)
-    want = need if lim is None else min(need, lim)
+    used = sum(v[0] if tokens else 1.0 for v in res.values() if v[1] > since)
     if room - used >= want:
         return now
-    if reset is None:
-        return math.inf  # no reset said: not until a reply says more
     return now + AFTER_RESET if past else reset
 
 
@@ -188,7 +201,8 @@ def why_empty(r: Record, now: float, cost: float) -> str:
             rem = _num(r, short)
             lim = _num(r, short + "l")
             left = f"{rem:.0f}" + (f" of {lim:.0f}" if lim is not None else "")
-            when = "no reset said" if math.isinf(at) else f"resets in {at - now:.2f}s"
+            named = _reset(r, short)[1]
+            when = f"resets in {at - now:.2f}s" + ("" if named else " (no reset said)")
             parts.append(f"{what} {left} left, {when}")
     return "; ".join(parts) or "headroom"
 
@@ -256,7 +270,7 @@ def identity(r: Record, now: float, horizon: float = math.inf) -> tuple[Any, ...
     out: list[Any] = []
     for short in ("rq", "tk"):
         rem, lim = _num(r, short), _num(r, short + "l")
-        left = _left(_num(r, short + "a"), now, horizon)
+        left = _left(_reset(r, short)[0] if rem is not None else None, now, horizon)
         out.append((None if left == 0.0 else rem, left, lim))
     res = _reservations(r, now)
     if res:
@@ -279,10 +293,8 @@ def inert(r: Record, now: float) -> bool:
     if _reservations(r, now):
         return False
     for short in ("rq", "tk"):
-        if _num(r, short) is not None:
-            reset = _num(r, short + "a")
-            if reset is None or reset > now:
-                return False
+        if _num(r, short) is not None and _reset(r, short)[0] > now:
+            return False
     return True
 
 
