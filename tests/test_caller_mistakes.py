@@ -100,3 +100,55 @@ def test_one_async_gate_on_a_second_event_loop_says_so(fault_server: FaultServer
     with pytest.raises(RuntimeError, match="first used on another event loop"):
         asyncio.run(ask(close=False))
     assert len(fault_server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "flavour, built, says",
+    [
+        ("sync", lambda t, k: "not a client", "got builtins.str"),
+        ("sync", "async_sdk", "got openai.AsyncOpenAI"),
+        ("asyncio", "sync_sdk", "got openai.OpenAI"),
+    ],
+)
+def test_a_client_factory_that_returns_no_client_of_the_flavour_is_a_type_error_at_once(
+    fault_server: FaultServer, flavour: str, built, says: str
+) -> None:
+    """A factory returning the wrong thing is the caller's mistake: a TypeError naming
+    client_factory at the first attempt, no retries, no request, no fault charged to
+    the target, and closing the wrapper afterwards raises nothing."""
+    import openai
+
+    made: list[object] = []
+
+    def factory(target, key):
+        if built == "async_sdk":
+            c: object = openai.AsyncOpenAI(base_url=target.base_url, api_key=key)
+        elif built == "sync_sdk":
+            c = openai.OpenAI(base_url=target.base_url, api_key=key)
+        else:
+            c = built(target, key)
+        made.append(c)
+        return c
+
+    policy = chain("a", "b", server=fault_server)
+    if flavour == "sync":
+        gate = Fallgate(policy, client_factory=factory)
+        with pytest.raises(TypeError, match=r"client_factory must return an openai\.OpenAI") as e:
+            gate.chat.completions.create(messages=MSG)
+        gate.close()
+        health = gate.health
+    else:
+
+        async def go() -> tuple[BaseException, object]:
+            agate = AsyncFallgate(policy, client_factory=factory)
+            with pytest.raises(TypeError, match=r"must return an openai\.AsyncOpenAI") as e:
+                await agate.chat.completions.create(messages=MSG)
+            await agate.aclose()
+            return e.value, agate.health
+
+        value, health = asyncio.run(go())
+    text = str(e.value if flavour == "sync" else value)
+    assert says in text and "for target primary" in text, text
+    assert len(made) == 1  # one build, no retry, no fallback
+    assert fault_server.requests == []
+    assert health.target_until(policy.targets[0].key) == 0.0  # not benched

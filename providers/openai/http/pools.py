@@ -28,12 +28,13 @@ turns shared and sent a new wave of connects into an overflowing accept queue.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
@@ -186,6 +187,9 @@ def _fingerprint(key: str) -> int:
 class _Pool(Generic[C]):
     """The bookkeeping shared by the sync and async pools (no I/O here)."""
 
+    #: The SDK client class a factory must return, and the wrapper that takes it.
+    _SDK: ClassVar[tuple[type, str]] = (object, "")
+
     def __init__(self, factory: Callable[[Target, str], C]) -> None:
         self._factory: Callable[[Target, str], C] = factory
         self._lock = threading.Lock()
@@ -202,6 +206,15 @@ class _Pool(Generic[C]):
             client = self._factory(target, key)
         except Exception as e:
             raise ClientUnavailable(target.name, e) from e
+        sdk, wrapper = self._SDK
+        if not isinstance(client, sdk):
+            # the caller's mistake, not the target's: raised to the caller, never retried
+            _discard(client)
+            raise TypeError(
+                f"client_factory must return an {sdk.__module__}.{sdk.__qualname__} for "
+                f"{wrapper}, got {type(client).__module__}.{type(client).__qualname__} "
+                f"(for target {target.name})"
+            )
         if getattr(client, "max_retries", 0) != 0:
             # A user factory forgot: the engine owns retries, the SDK must not add its own.
             client = client.with_options(max_retries=0)
@@ -383,6 +396,8 @@ class _AsyncLease(_Lease[openai.AsyncOpenAI]):
 class ClientPool(_Pool[openai.OpenAI]):
     """Sync clients, thread-safe."""
 
+    _SDK = (openai.OpenAI, "Fallgate (openai.AsyncOpenAI is for AsyncFallgate)")
+
     def lease(self, target: Target, cred: Credential, seen: Seen | None = None) -> _SyncLease:
         """The client for (target, credential) for the duration of one attempt
         (``with pool.lease(...) as client``); its generation is noted in `seen` (the
@@ -401,6 +416,8 @@ class ClientPool(_Pool[openai.OpenAI]):
 class AsyncClientPool(_Pool[openai.AsyncOpenAI]):
     """Async clients; one event loop at a time (the SDK's connections belong to a loop)."""
 
+    _SDK = (openai.AsyncOpenAI, "AsyncFallgate (openai.OpenAI is for Fallgate)")
+
     def lease(self, target: Target, cred: Credential, seen: Seen | None = None) -> _AsyncLease:
         """``async with pool.lease(...) as client``: see `ClientPool.lease`."""
         return _AsyncLease(self, target, cred, seen)
@@ -410,6 +427,15 @@ class AsyncClientPool(_Pool[openai.AsyncOpenAI]):
 
     async def aclose(self) -> None:
         await _close_async(self._close_all())
+
+
+def _discard(client: Any) -> None:
+    """Close what a factory built that cannot be used, if it closes without awaiting."""
+    close = getattr(client, "close", None)
+    if isinstance(client, openai.AsyncOpenAI) or not callable(close):
+        return  # an async client's close is a coroutine: its connections are not open yet
+    with contextlib.suppress(Exception):
+        close()
 
 
 def _close_sync(clients: list[openai.OpenAI]) -> None:
