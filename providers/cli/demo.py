@@ -28,6 +28,7 @@ from ...fsm.diagram import render as diagram
 from ...fsm.trace import TraceEvent
 from ..openai.client import Fallgate
 from ..testing.fault_server import FaultServer
+from .common import CliError
 
 MSG = [{"role": "user", "content": "Say hello."}]
 
@@ -447,6 +448,14 @@ def write_diagram(o: Outcome, out: Path) -> list[Path]:
 def demo_main(as_json: bool = False, out: Path = Path("build/demo"), diagrams: bool = True) -> int:
     """`fallgate demo`; 0 when every scenario took its expected path."""
     t0 = time.perf_counter()
+    if diagrams:  # before the scenarios run: a bad --out is said at once, nothing lost
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CliError(
+                f"cannot write the diagrams to {out}: {e.strerror or e} (give --out a "
+                "directory, or --no-diagrams)"
+            ) from None
     # the demo prints each turn's path itself: the WARNINGs it would log say it again
     quiet = logging.getLogger("fallgate")
     level, quiet.level = quiet.level, logging.ERROR
@@ -454,7 +463,16 @@ def demo_main(as_json: bool = False, out: Path = Path("build/demo"), diagrams: b
         outcomes = run_all()
     finally:
         quiet.level = level
-    written = {o.scenario.name: (write_diagram(o, out) if diagrams else []) for o in outcomes}
+    written: dict[str, list[Path]] = {}
+    for o in outcomes:
+        try:
+            written[o.scenario.name] = write_diagram(o, out) if diagrams else []
+        except OSError as e:  # the directory went away or filled up: the report still shows
+            print(
+                f"fallgate: cannot write {o.scenario.name}'s diagram: {e.strerror or e}",
+                file=sys.stderr,
+            )
+            written[o.scenario.name] = []
     if as_json:
         rows = ",\n".join(f"    {json.dumps(o.as_json())}" for o in outcomes)
         print(f'{{"scenarios": [\n{rows}\n]}}')
