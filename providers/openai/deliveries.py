@@ -14,6 +14,13 @@ other than ``error``; Responses: ``response.completed`` or
 ``response.incomplete``) counts as interrupted; one that ends before any output
 (a bare ``stop``, usage only, ``finish_reason: "error"``) is a malformed reply,
 retried or fallen back like any other fault, never an empty success.
+
+A continuation is one stream to the caller (`Delivery.fit`): its events take the
+identity of the stream they continue (chat: the completion's id, no second role
+opener; Responses: the response's and the message item's ids and indexes, the
+sequence numbers going on, no second ``response.created`` or item opener), and the
+events that close the answer (``response.output_text.done``, ``content_part.done``,
+``output_item.done``, ``response.completed``) carry the whole text delivered.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ class Delivery:
     __slots__ = (
         "count",
         "finished",
+        "first",
         "held",
         "other",
         "pending",
@@ -77,6 +85,9 @@ class Delivery:
         #: output other than text was handed (tool calls, a refusal): a prefix of text
         #: cannot say where such a stream broke, so it is not continued
         self.other = False
+        #: what identifies the stream the caller sees (ids, indexes, the last sequence
+        #: number), noted from the events handed; a continuation's are rewritten to it
+        self.first: dict[str, Any] = {}
 
     @property
     def committed(self) -> bool:
@@ -120,9 +131,26 @@ class Delivery:
         out = [*self.held, event]
         self.held = []
         if self.seam is None:
-            return out
+            return self._fitted(out)
         self.pending += out
-        return self._weigh(final=False)
+        return self._fitted(self._weigh(final=False))
+
+    def _fitted(self, events: list[Any]) -> list[Any]:
+        if not self.since:
+            return events  # the stream's first attempt: nothing to fit to
+        out: list[Any] = []
+        ahead = ""  # the text of this batch's events before the one being fitted
+        for e in events:
+            f = self.fit(e, self.text + ahead)
+            if f is not None:
+                out.append(f)
+                ahead += self.text_of(f)
+        return out
+
+    def fit(self, event: Any, whole: str) -> Any | None:
+        """A continuation's `event` as the stream it continues would have sent it (None:
+        it has no place there, as a second opener); `whole`: the text delivered by then."""
+        return event
 
     def _weigh(self, final: bool) -> list[Any]:
         """A continuation's first output against the delivered text's end: hold it while
@@ -142,12 +170,14 @@ class Delivery:
         kept = []
         for e in out:
             t = self.text_of(e)
-            if cut >= len(t) > 0:
+            if not t or not cut:
+                pass  # no text to trim (an opener before the first delta), or trimmed
+            elif cut >= len(t):
                 cut -= len(t)
                 e = self.with_text(e, "")
                 if not self.keeps(e):
                     continue  # only the repeated text: nothing left to hand over
-            elif cut:
+            else:
                 e, cut = self.with_text(e, t[cut:]), 0
             kept.append(e)
         return kept
@@ -156,6 +186,10 @@ class Delivery:
         self.count += 1
         self.pieces.append(self.text_of(event))
         self.other = self.other or self.beyond_text(event)
+        self.note(event)
+
+    def note(self, event: Any) -> None:
+        """Note what identifies the stream from an event handed to the caller."""
 
     def beyond_text(self, event: Any) -> bool:
         """Does `event` carry output other than text (tool calls, a refusal)?"""
@@ -182,7 +216,7 @@ class Delivery:
         if not out and self.count == self.since:
             out = self.held
         self.held = []
-        return out
+        return self._fitted(out)
 
     def failure(self, e: BaseException) -> BaseException:
         """What the attempt that just broke comes to. Once this attempt handed output
@@ -275,6 +309,20 @@ class ChatDelivery(Delivery):
                 choice.delta.content, text = text, ""
         return copy
 
+    def note(self, event: Any) -> None:
+        self.first.setdefault("id", getattr(event, "id", None))
+
+    def fit(self, event: Any, whole: str) -> Any | None:
+        """The continuation's chunks carry the first completion's id, and no second
+        ``role`` (the assistant's message goes on)."""
+        copy = event.model_copy(deep=True)
+        if self.first.get("id") is not None:
+            copy.id = self.first["id"]
+        for choice in copy.choices:
+            if choice.delta is not None:
+                choice.delta.role = None
+        return copy
+
 
 #: Finish reasons that end a real chat reply even with nothing said: the caller's token
 #: limit, the content filter (classified as such, as without a stream).
@@ -333,6 +381,84 @@ class ResponsesDelivery(Delivery):
         if getattr(event, "type", None) == "response.output_text.delta":
             return event.model_copy(update={"delta": text})
         return event
+
+    def note(self, event: Any) -> None:
+        first = self.first
+        seq = getattr(event, "sequence_number", None)
+        if isinstance(seq, int):
+            first["seq"] = seq
+        if self.since:
+            return  # a continuation's own ids were rewritten to these
+        response = getattr(event, "response", None)
+        if response is not None and getattr(response, "id", None):
+            first.setdefault("response", response.id)
+        item: Any = getattr(event, "item", None)
+        if event.type == "response.output_item.added" and getattr(item, "type", None) == "message":
+            first.setdefault("item", (item.id, event.output_index))
+
+    def fit(self, event: Any, whole: str) -> Any | None:
+        """A continuation's events under the continued stream's response, message item
+        and sequence: its openers dropped (noting its own message item), its other items
+        dropped (a text prefix continues the message only), the message's closing events
+        with the whole text delivered."""
+        kind = event.type
+        first = self.first
+        item: Any = getattr(event, "item", None)
+        if kind in _OPENERS:
+            if kind == "response.output_item.added" and getattr(item, "type", None) == "message":
+                first["own"] = (item.id, event.output_index)
+            return None
+        own, orig = first.get("own"), first.get("item")
+        update: dict[str, Any] = {}
+        index = getattr(event, "output_index", None)
+        if index is not None and own is not None and orig is not None:
+            if index != own[1]:
+                return None  # another item of the continuation (its reasoning, say)
+            update["output_index"] = orig[1]
+            if getattr(event, "item_id", None) is not None:
+                update["item_id"] = orig[0]
+        if "seq" in first and isinstance(getattr(event, "sequence_number", None), int):
+            first["seq"] = update["sequence_number"] = first["seq"] + 1
+        if kind == "response.output_text.done":
+            update["text"] = whole
+        copy = event.model_copy(update=update, deep=True) if update else event.model_copy(deep=True)
+        part: Any = getattr(copy, "part", None)
+        if kind == "response.content_part.done" and getattr(part, "type", None) == "output_text":
+            part.text = whole
+        if kind == "response.output_item.done":
+            _whole_message(copy.item, orig, whole)
+        response = getattr(copy, "response", None)
+        if response is not None:
+            if first.get("response"):
+                response.id = first["response"]
+            for out in getattr(response, "output", None) or ():
+                if own is None or getattr(out, "id", None) == own[0]:
+                    _whole_message(out, orig, whole)
+        return copy
+
+
+#: A continuation's events that open what the continued stream opened already.
+_OPENERS = frozenset(
+    {
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    }
+)
+
+
+def _whole_message(item: Any, orig: tuple[str, int] | None, text: str) -> None:
+    """A continuation's message item as the continued one: its id, the whole text."""
+    if getattr(item, "type", None) != "message":
+        return
+    if orig is not None:
+        item.id = orig[0]
+    for part in getattr(item, "content", None) or ():
+        if getattr(part, "type", None) == "output_text":
+            part.text = text
+            break
 
 
 def delivery_for(kind: str | None) -> Delivery:
