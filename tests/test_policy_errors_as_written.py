@@ -162,3 +162,15 @@ def test_check_warns_of_an_entry_identical_to_an_earlier_one(tmp_path, capsys):
     cli_main(["check", str(path)])
     out = capsys.readouterr().out
     assert "warning: fallback_1 (fault · m) is identical to primary (same provider" in out, out
+
+
+def test_a_field_named_like_a_key_is_masked_and_still_on_its_own_line(tmp_path):
+    """The name is never shown, but the line is the one the user wrote it on."""
+    named = "sk-proj-" + "Q" * 40
+    text = (
+        f'[primary]\nprovider = "fault"\nmodel = "m"\napi_key = "{key(0)}"\n'
+        f'"{named}" = 1\nbase_url = "http://127.0.0.1:9/v1"\n'
+    )
+    says = _problems(tmp_path, text)
+    assert "line 5: primary.***: unknown field" in says, says
+    assert named not in says

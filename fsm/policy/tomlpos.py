@@ -20,6 +20,8 @@ import re
 import tomllib
 from collections.abc import Sequence
 
+from ..redact import MASK, looks_like_key
+
 __all__ = ["split_path", "toml_line"]
 
 KeyPath = tuple[str | int, ...]
@@ -39,11 +41,30 @@ def toml_line(text: str, path: Sequence[str | int]) -> int | None:
         raise TypeError("toml_line takes a sequence of keys and indexes; see split_path")
     key = tuple(path)
     lines = _Scanner(text).lines()
+    masked = MASK in key
     for n in range(len(key), 0, -1):
-        line = lines.get(key[:n])
+        line = lines.get(key[:n]) if not masked else _masked_line(lines, key[:n])
         if line is not None:
             return line
     return None
+
+
+def _masked_line(lines: dict[KeyPath, int], key: KeyPath) -> int | None:
+    """The line of `key` where some of its names were masked as `MASK` (a key typed as a
+    field's name is never shown): each masked name stands for a key-shaped one of the
+    text; the first such path wins."""
+    if MASK not in key:
+        return lines.get(key)
+    found = [
+        line
+        for k, line in lines.items()
+        if len(k) == len(key)
+        and all(
+            a == b or (a == MASK and isinstance(b, str) and (looks_like_key(b) or MASK in b))
+            for a, b in zip(key, k, strict=True)
+        )
+    ]
+    return min(found) if found else None
 
 
 _PART = re.compile(r"\[(\d+)\]|([^.\[\]]+)")
