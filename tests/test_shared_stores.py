@@ -184,3 +184,45 @@ def test_a_stuck_redis_costs_a_turn_one_timeout_and_never_a_targets_blame(
             assert deadline >= 0.5 and reply.model == "primary"
         took = time.monotonic() - started
     assert took < 0.5 + 0.2 + (deadline if deadline >= 0.5 else 0), took
+
+
+def test_a_breaker_opened_before_a_verdict_wait_lets_the_probe_through_after_one_span(
+    stores: Make,
+) -> None:
+    """A spent retry budget opens the breaker and the turn waits for its verdict; the
+    change reaches the shared store at the next exchange, after the wait, but is replayed
+    at the time it was made: the span ends with the wait and the probe goes, as on the
+    in-memory store (it used to open a second span from the exchange: 10 s, not 5)."""
+    policy = Policy.from_dict(
+        {
+            "primary": {"provider": "local", "model": "m", "base_url": "http://127.0.0.1:9/v1",
+                        "keyless": True},
+            "max_attempts": 3,
+            "backoff": {"initial": 0.01, "cap": 0.01},
+            "retry_budget": {"size": 1, "refill": 0.2},
+        }
+    )  # fmt: skip
+
+    def once_overloaded() -> Callable[[Any, Any], str]:
+        calls = iter([HTTPError(503)])
+
+        def call(target: Any, cred: Any) -> str:
+            e = next(calls, None)
+            if e is not None:
+                raise e
+            return "ok"
+
+        return call
+
+    def two_turns(health: Any) -> tuple[list[str], float]:
+        clock = fallgate.fsm.VirtualClock()
+        fallgate.run(policy, once_overloaded(), health=health, clock=clock)  # spends the token
+        t0 = clock.now()
+        r = fallgate.run(policy, once_overloaded(), health=health, clock=clock)
+        return [e.event for e in r.trace], clock.now() - t0
+
+    local = two_turns(fallgate.HealthStore())
+    assert local[0] == ["start", "overloaded", "waited", "success"] and 5 <= local[1] < 6
+    shared = two_turns(stores())
+    assert shared[0] == local[0], shared
+    assert shared[1] < 6, shared

@@ -12,10 +12,13 @@ loops exchange with the backend at fixed points, one `Backend.transact` each:
   everything and there is nothing to write or take: at most one round trip per attempt;
 * `end` (after the turn): write the journal.
 
-The journal is replayed on the backend with the backend's own `now`, and records come
-back converted through "seconds left" (a time ``t`` on the backend becomes
-``turn_now + (t - backend_now)``), so hosts whose clocks disagree agree on how long a
-cooldown has to run. Replays are pure, so an optimistic backend may retry them.
+The journal is replayed on the backend at each change's own time, told as its age: a
+change made ``age`` seconds before the exchange (a breaker opened before a wait for its
+verdict) is replayed at the backend's ``now - age``, never later, so a span opened
+before a wait ends when the wait does. Records come back converted through "seconds
+left" (a time ``t`` on the backend becomes ``turn_now + (t - backend_now)``), so hosts
+whose clocks disagree agree on how long a cooldown has to run. Replays are pure, so an
+optimistic backend may retry them.
 
 A backend raising `StoreUnavailable`: the turn goes on with the replica (local health), the
 journal is kept to be written later (bounded), one WARNING per outage is logged on the
@@ -61,7 +64,7 @@ MAX_JOURNAL: Final = 10_000
 #: does not reach its first target (benched) leaves one; the oldest go first.
 _RR_KEPT: Final = 64
 
-Entry = tuple[str, Update]  # (shared key, pure update)
+Entry = tuple[str, Update, float]  # (shared key, pure update, when: the turn clock)
 
 
 class SharedHealthStore(HealthStore):
@@ -111,16 +114,16 @@ class SharedHealthStore(HealthStore):
         return f"SharedHealthStore({self.name!r})"
 
     # -- the journal ---------------------------------------------------------------------------
-    def _journal(self, target: Any, cred: str | None, fn: Update) -> None:
+    def _journal(self, target: Any, cred: str | None, fn: Update, now: float) -> None:
         key = fleet.target_key(target) if cred is None else fleet.credential_key(target, cred)
         with self._jlock:
-            self._entries.append((key, fn))
+            self._entries.append((key, fn, now))
             if len(self._entries) > MAX_JOURNAL:
                 del self._entries[: len(self._entries) - MAX_JOURNAL]
 
-    def _journal_room(self, target: Any, cred: str, fn: Update) -> None:
+    def _journal_room(self, target: Any, cred: str, fn: Update, now: float) -> None:
         with self._jlock:
-            self._entries.append((room.headroom_key(target, cred), fn))
+            self._entries.append((room.headroom_key(target, cred), fn, now))
             if len(self._entries) > MAX_JOURNAL:
                 del self._entries[: len(self._entries) - MAX_JOURNAL]
 
@@ -205,7 +208,9 @@ class SharedHealthStore(HealthStore):
         one leaves every other unwritten), read `keys` back into the replica. Returns
         which grants were given, None when the backend is unreachable."""
         entries = self._take_journal()
-        wanted = list(dict.fromkeys([*keys, *(k for k, _ in entries)]))
+        wanted = list(dict.fromkeys([*keys, *(k for k, _, _ in entries)]))
+        told = s.clock()  # each change's age is told from here (`_age`)
+        ages = [_age(told, at, self.ttl) for _, _, at in entries]
         for k, _ in grants:
             if k not in wanted:
                 wanted.append(k)
@@ -214,8 +219,8 @@ class SharedHealthStore(HealthStore):
 
         def update(records: Records, now: float) -> Records:
             out: dict[str, Record | None] = dict(records)
-            for k, fn in entries:
-                new = fn(out.get(k) or {}, now)
+            for (k, fn, _), age in zip(entries, ages, strict=True):
+                new = fn(out.get(k) or {}, now - age)
                 if new is not None:
                     out[k] = new or None
             taken: dict[str, Record | None] = {}
@@ -304,6 +309,14 @@ def _chain_keys(s: TurnView) -> tuple[str, ...]:
             keys += tuple(room.headroom_key(t.key, c.health_id) for t in targets for c in t.pool())
         found[s.first] = keys
     return keys
+
+
+def _age(now: float, at: float, most: float) -> float:
+    """How long ago (seconds, at most `most`) a change made at `at` was, at `now`: never
+    negative (a change is never replayed in the future), and bounded (a turn on a clock
+    of its own, say a test's virtual one, cannot push a change out of any window)."""
+    age = now - at
+    return min(age, most) if age > 0.0 else 0.0
 
 
 def _shifted(r: Record, shift: float) -> Record:

@@ -200,7 +200,7 @@ class HealthStore:
         else:
             self._targets.pop(target, None)
         if self.journals:
-            self._journal(target, None, fn)
+            self._journal(target, None, fn, now)
         return new
 
     def open_target(self, target: TargetKey, until: float, now: float) -> float:
@@ -235,7 +235,7 @@ class HealthStore:
                 self._cause[key] = (until, cause)
             if self.journals:
                 span = until - now
-                self._journal(target, cred, lambda r, t: fleet.cool(r, t, t + span))
+                self._journal(target, cred, lambda r, t: fleet.cool(r, t, t + span), now)
             return until
         finally:
             self._lock.release()
@@ -269,7 +269,7 @@ class HealthStore:
             if target in self._targets:
                 self._apply(target, lambda r, t: fleet.succeed(r, policy), now)
             if self._cred_until.pop((target, cred), None) is not None and self.journals:
-                self._journal(target, cred, _CLEAR)
+                self._journal(target, cred, _CLEAR, now)
         finally:
             self._lock.release()
 
@@ -324,7 +324,7 @@ class HealthStore:
                 else:
                     self.room.pop(key, None)
                 if self.journals:
-                    self._journal_room(target, cred, fn)
+                    self._journal_room(target, cred, fn, now)
             return True
         finally:
             self._lock.release()
@@ -342,8 +342,9 @@ class HealthStore:
         ttl = a.timeout + room.GRACE
         return ck, rid, lambda r, t: room.reserve(r, t, rid, cost, t + ttl)
 
-    def _journal_room(self, target: TargetKey, cred: str, fn: Update) -> None:
-        """A shared store journals a headroom update (nothing to do in memory)."""
+    def _journal_room(self, target: TargetKey, cred: str, fn: Update, now: float) -> None:
+        """A shared store journals a headroom update made at `now` (nothing to do in
+        memory)."""
 
     # -- the host's step before an attempt ------------------------------------------------
     def owner(self, s: TurnView) -> str:
@@ -414,8 +415,8 @@ class HealthStore:
     def end(self, s: TurnView) -> None:
         """After a turn ended (a shared store writes what the turn reported)."""
 
-    def _journal(self, target: TargetKey, cred: str | None, fn: Update) -> None:
-        """What the replica of a shared store changed (nothing to do in memory)."""
+    def _journal(self, target: TargetKey, cred: str | None, fn: Update, now: float) -> None:
+        """What the replica of a shared store changed at `now` (nothing to do in memory)."""
 
     # -- identity (the model checker's) -----------------------------------------------------------
     def copy(self) -> HealthStore:
