@@ -135,6 +135,96 @@ def test_with_the_default_knobs_a_first_event_after_20_s_is_still_the_primarys(f
     assert fault_server.count("fast") == 0
 
 
+# -- a stream that opens and says nothing: its time is the chain's until it commits --
+
+
+def _stream_text(policy: Any, api: str, use_async: bool) -> tuple[str, float]:
+    """One streamed turn on `api` ("chat" or "responses"): its text and how long it took."""
+
+    async def agoes() -> str:
+        async with AsyncFallgate(policy) as gate:
+            if api == "chat":
+                return await achat_text(gate, MESSAGES, stream=True)
+            events = await gate.responses.create(input="hi", stream=True)
+            return "".join([e.delta async for e in events if e.type.endswith("text.delta")])
+
+    t0 = time.monotonic()
+    if use_async:
+        text = asyncio.run(agoes())
+    else:
+        with Fallgate(policy) as gate:
+            if api == "chat":
+                text = chat_text(gate, MESSAGES, stream=True)
+            else:
+                events = gate.responses.create(input="hi", stream=True)
+                text = "".join(e.delta for e in events if e.type.endswith("text.delta"))
+    return text, time.monotonic() - t0
+
+
+APIS = pytest.mark.parametrize(
+    ("api", "use_async"),
+    [("chat", False), ("chat", True), ("responses", False), ("responses", True)],
+    ids=["chat", "chat-async", "responses", "responses-async"],
+)
+
+
+@APIS
+def test_a_stream_that_opens_and_then_says_nothing_leaves_the_fallback_its_attempt(
+    fault_server, api, use_async
+):
+    """The primary's stream opens at once (a role chunk; Responses' created and item
+    events) and then says nothing, with an idle bound (5 s) past the deadline (4 s): it
+    is cut where the fallback's reserve begins (4 - 1 = 3 s), and the fallback answers.
+    It used to be held to the idle bound, capped only by the deadline: the turn failed at
+    4 s without asking the fallback."""
+    opens = {"kind": "stream", "chunks": [""], "then": "hang", "seconds": 30}
+    fault_server.script({"models": {"silent": [opens] * 3, "fast": [FAST] * 3}})
+    policy = _silent_policy(fault_server, attempt_timeout=1, deadline=4, stream_idle_timeout=5)
+    text, took = _stream_text(policy, api, use_async)
+    assert text == "fallback answer"
+    assert fault_server.count("silent") == 1 and fault_server.count("fast") == 1
+    assert 2.9 <= took < 3.0 + SLACK, took
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_under_the_http_client_too_a_stream_that_opens_and_says_nothing_is_left(
+    fault_server, api
+):
+    """The same primary under `fallgate.http_client` (what agent frameworks embed): cut
+    where the fallback's reserve begins, and the caller's stream is the fallback's."""
+    import openai
+
+    from fallgate import http_client
+
+    opens = {"kind": "stream", "chunks": [""], "then": "hang", "seconds": 30}
+    fault_server.script({"models": {"silent": [opens] * 3, "fast": [FAST] * 3}})
+    policy = _silent_policy(fault_server, attempt_timeout=1, deadline=4, stream_idle_timeout=5)
+    t0 = time.monotonic()
+    with openai.OpenAI(api_key="unused", http_client=http_client(policy), max_retries=0) as sdk:
+        if api == "chat":
+            chunks = sdk.chat.completions.create(model="silent", messages=MESSAGES, stream=True)
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        else:
+            events = sdk.responses.create(model="silent", input="hi", stream=True)
+            text = "".join(e.delta for e in events if e.type.endswith("text.delta"))
+    took = time.monotonic() - t0
+    assert text == "fallback answer"
+    assert 2.9 <= took < 3.0 + SLACK, took
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_an_empty_first_delta_does_not_commit_a_responses_stream(fault_server, use_async):
+    """An empty ``response.output_text.delta`` at once, the text 2 s later: nothing was
+    delivered, so the stream is not committed and the deadline (1.2 s) still holds it;
+    the fallback answers. It used to commit at the empty delta: the turn ran to 2.3 s."""
+    slow = {"kind": "stream", "chunks": ["", "slow answer"], "interval": 2.0}
+    fault_server.script({"models": {"silent": [slow] * 3, "fast": [FAST] * 3}})
+    policy = _silent_policy(fault_server, attempt_timeout=1, deadline=1.2, stream_idle_timeout=5)
+    text, took = _stream_text(policy, "responses", use_async)
+    assert text == "fallback answer"
+    assert took < 1.2 + SLACK, took
+
+
 # -- a committed stream that stalls --
 
 

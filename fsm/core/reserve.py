@@ -75,6 +75,16 @@ def longest_until(s: TurnState, seconds: float) -> float:
     return seconds + room if room > 0.0 else seconds
 
 
+def stream_hold(policy: Policy, index: int, left: float) -> float:
+    """How long a stream that has started but delivered no output yet may run on target
+    `index` when `left` seconds of the deadline remain: up to where a fallback after it
+    would need its reserve (the largest of theirs), at least the attempt's own bound. Its
+    first output commits it; until then its time is the chain's, as a silent target's."""
+    if index >= len(policy.targets) - 1:
+        return left  # nothing after it to keep time for
+    return max(left - policy.most_reserve(), min(policy.attempt_timeout, left))
+
+
 def reserve_warnings(policy: Policy) -> list[str]:
     """Why this policy's deadline cannot hold the reserve, naming the fields (for
     `fallgate check`): a silent primary leaves its first fallback less than a whole

@@ -365,7 +365,8 @@ class ResponsesDelivery(Delivery):
             self.finished = True
             self.usage = usage_of(event)
             return True
-        return kind in OUTPUT_DELTAS
+        # an empty delta says nothing (as an empty chat chunk): it does not commit
+        return kind in OUTPUT_DELTAS and bool(getattr(event, "delta", None))
 
     def text_of(self, event: Any) -> str:
         if getattr(event, "type", None) == "response.output_text.delta":

@@ -54,6 +54,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from ....fsm.core.actions import Attempt
+from ....fsm.core.reserve import stream_hold
 from ....fsm.policy.model import Policy
 from .phases import (
     STARVATION,
@@ -111,6 +112,8 @@ def attempt_bound(
         if stream
         else (policy.first_byte_timeout, "first_byte_timeout")
     )
+    if stream:  # started, nothing delivered: never into the next target's reserve
+        left = stream_hold(policy, a.target.index, left)
     return AttemptBound(
         seconds,
         policy.max_body_bytes,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..deliveries import OUTPUT_DELTAS
 from ..exceptions import FailedReply, MalformedReply
 from .sse import boundary
 
@@ -108,4 +109,6 @@ class Peek:
             raise FailedReply(event.get("error") or event)
         if kind == "response.failed":
             raise FailedReply((event.get("response") or {}).get("error") or event)
+        if kind in OUTPUT_DELTAS:  # an empty delta says nothing yet, as the wrapper's
+            return bool(event.get("delta"))
         return kind not in _PREAMBLE and not kind.endswith(".added")

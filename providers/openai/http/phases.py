@@ -6,7 +6,8 @@ non-streamed reply (``first_byte_timeout``: its headers) or for a stream's first
 (``first_event_timeout``), then the rest of a non-streamed reply (the total,
 ``attempt_timeout``, or what the turn's deadline leaves) or, for a started stream, each
 wait for its next event (``stream_idle_timeout``; until it commits, never past the
-turn's deadline). Each is capped by the total. `AttemptBound` holds the one in force;
+turn's deadline, nor, for a stream, into the time the next target's attempt needs:
+`fsm.core.reserve.stream_hold`). Each is capped by the total. `AttemptBound` holds the one in force;
 `providers.openai.http.bounds` enforces it at the socket.
 
 A timer that fires much later than due says the process was starved (its event loop,
@@ -102,8 +103,9 @@ class AttemptBound:
     ``connect`` (each TCP + TLS setup: `connect` seconds), ``first byte`` (a
     non-streamed reply's headers) or ``first event`` (a stream's), then ``total`` (the
     rest of a non-streamed reply, until `seconds` from the start) or ``idle`` (a
-    started stream: each wait for its next event, `idle_s` seconds; capped by the
-    turn's deadline until it commits)."""
+    started stream: each wait for its next event, `idle_s` seconds; capped by
+    `turn_left` (the turn's deadline, or where the next target's reserve begins) until
+    it commits)."""
 
     __slots__ = (
         "_first",
@@ -275,7 +277,10 @@ class AttemptBound:
         elif self.phase in ("first byte", "first event"):
             what = f"no {self.phase} within {self._first:g} s ({self.field})"
         elif self.phase == "deadline":
-            what = "the stream's next event did not come before the turn's deadline"
+            what = (
+                "the stream delivered no output before the turn's deadline, or the time "
+                "kept for the next target's attempt (reserve)"
+            )
         else:
             what = f"attempt exceeded its {self.seconds:g} s total time bound"
         if self.unsent:
