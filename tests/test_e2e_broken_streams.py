@@ -255,3 +255,19 @@ def test_a_stream_through_the_http_client_goes_on_past_an_event_that_is_not_json
             return "".join([ch.choices[0].delta.content or "" async for ch in s if ch.choices])
 
     assert asyncio.run(main()) == FULL
+
+
+@FLAVOURS
+def test_a_stream_cut_after_its_finish_reason_is_a_whole_answer(
+    fault_server: FaultServer, flavour: str
+) -> None:
+    """The text, then ``finish_reason: stop``, then the connection closes before
+    ``[DONE]``: the answer ended, only its close was lost. It is the turn's answer, not a
+    broken stream (nothing is sent again, no fallback)."""
+    events = [_chunk("the whole answer"), _chunk(None, "stop")]
+    fault_server.script({"models": {"a": [{"kind": "sse", "events": events, "done": False}]}})
+    text, stream = run(chain({"model": "a", **CAN}, "b", server=fault_server), flavour)
+    assert not isinstance(stream, TurnFailed), stream
+    assert text == "the whole answer"
+    assert [e.dest for e in stream.trace] == ["primary", "done"]
+    assert fault_server.counts == {"a": 1}

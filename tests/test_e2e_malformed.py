@@ -132,3 +132,69 @@ def test_odd_retry_after_values_are_tolerated(
     if waited is not None:
         assert waits[0] == waited
     assert fault_server.count("a") == 2
+
+
+def _completion(*choices: tuple[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "a",
+        "choices": [
+            {"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": f}
+            for i, (text, f) in enumerate(choices)
+        ],
+    }  # fmt: skip
+
+
+def _response(status: Any, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": "resp_1", "object": "response", "created_at": 1, "model": "a",
+        "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress",
+                    "content": [{"type": "output_text", "text": "half an", "annotations": []}]}],
+        "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], **extra,
+    }  # fmt: skip
+    if status is not ...:
+        body["status"] = status
+    return body
+
+
+UNFINISHED = [
+    ("chat, finish_reason ''", "chat", _completion(("half an ans", ""))),
+    ("chat, one of two choices unfinished", "chat", _completion(("done", "stop"), ("half", None))),
+    ("responses, in_progress", "responses", _response("in_progress")),
+    ("responses, queued", "responses", _response("queued")),
+    ("responses, status null", "responses", _response(None)),
+    ("responses, no status", "responses", _response(...)),
+]
+
+
+@pytest.mark.parametrize(("name", "api", "body"), UNFINISHED, ids=[u[0] for u in UNFINISHED])
+def test_a_reply_that_never_ended_is_never_the_answer(
+    fault_server: FaultServer, name: str, api: str, body: dict[str, Any]
+) -> None:
+    """Text that never reached its end (no finish_reason, one choice of several unfinished,
+    a Responses status short of completed) is a malformed reply: the fallback answers."""
+    fault_server.script(
+        {
+            "models": {
+                "a": [{"kind": "status", "status": 200, "body": body}],
+                "b": [{"kind": "answer", "text": "fallback answer"}],
+            }
+        }
+    )
+    policy = chain("a", "b", server=fault_server, max_attempts=1, recover_transport=False)
+    with Fallgate(policy) as g:
+        if api == "chat":
+            r = g.chat.completions.create(messages=MSG)
+            got = [(c.message.content, c.finish_reason) for c in r.choices]
+            assert got == [("fallback answer", "stop")], got
+        else:
+            assert g.responses.create(input="hi").output_text == "fallback answer"
+    assert fault_server.counts == {"a": 1, "b": 1}
+
+
+def test_a_background_response_answered_queued_is_the_answer(fault_server: FaultServer) -> None:
+    """``background=True`` is answered at once, queued: that is the reply, not a fault."""
+    body = _response("queued", background=True)
+    fault_server.script({"models": {"a": [{"kind": "status", "status": 200, "body": body}]}})
+    with Fallgate(chain("a", "b", server=fault_server)) as g:
+        r = g.responses.create(input="hi", background=True)
+    assert r.status == "queued" and fault_server.counts == {"a": 1}

@@ -62,16 +62,19 @@ def check_completion(reply: Any) -> None:
         raise MalformedReply("a chat completion without choices")
     filtered = usable = 0  # loops, not all()/any() over generators: every turn runs this
     for c in choices:
-        filtered += getattr(c, "finish_reason", None) == "content_filter"
-        usable += _usable(c)
+        f = getattr(c, "finish_reason", None) == "content_filter"
+        filtered += f
+        usable += f or _usable(c)  # a filtered choice ended (it is the provider's word)
     if filtered == len(choices):
         raise content_filter_error(reply)
-    if not usable:
+    if usable < len(choices):  # one unfinished choice makes the reply unfinished
         for c in choices:
             error = getattr(c, "error", None)  # OpenRouter: finish_reason "error" + its error
             if isinstance(error, dict) and error:
                 raise FailedReply(error)
-        raise MalformedReply(_unusable(choices[0]))
+        bad = next(c for c in choices if not _usable(c))
+        which = "" if len(choices) == 1 else f"choice {getattr(bad, 'index', '?')}: "
+        raise MalformedReply(which + _unusable(bad))
 
 
 #: Finish reasons that end a real reply even when it carries nothing: the caller's own
@@ -87,7 +90,7 @@ def _usable(choice: Any) -> bool:
     which stopped before its end), however much text it holds."""
     finish = getattr(choice, "finish_reason", None)
     message = getattr(choice, "message", None)
-    if finish is None or finish == "error" or message is None:
+    if not finish or finish == "error" or message is None:  # "": no finish either
         return False
     content = getattr(message, "content", None)
     if content is not None and type(content) is not str and type(content) is not list:
@@ -102,7 +105,7 @@ def _unusable(choice: Any) -> str:
         return "a chat completion whose choice has finish_reason 'error'"
     if getattr(choice, "message", None) is None:
         return "a chat completion whose choice has no message"
-    if finish is None:
+    if not finish:
         return "a chat completion whose choice has no finish_reason (the answer never ended)"
     content = getattr(getattr(choice, "message", None), "content", None)
     if content is not None and type(content) is not str and type(content) is not list:
@@ -116,8 +119,22 @@ def check_response(reply: Any) -> None:
         raise _malformed("a response", reply)
     if reply.status == "failed":
         raise FailedReply(reply.error)
-    if reply.status in (None, "completed") and not reply.output:
+    if reply.status not in _ENDED and not (
+        getattr(reply, "background", None) is True and reply.status in _RUNNING
+    ):
+        # in progress, queued, cancelled, or no status: the response never ended (a proxy
+        # that gathered a stream which stopped before `response.completed`); a background
+        # response is answered queued or in progress, by design
+        raise MalformedReply(f"a response that never completed (status {reply.status!r})")
+    if reply.status == "completed" and not reply.output:
         raise MalformedReply("a completed response without any output")
+
+
+#: The statuses of a Responses API response that ended: in full, or at the caller's
+#: limit (``max_output_tokens``: ``incomplete``, as a chat reply's ``length``).
+_ENDED = frozenset({"completed", "incomplete"})
+#: What ``background=True`` answers at once (the caller polls for the end).
+_RUNNING = frozenset({"queued", "in_progress"})
 
 
 def check_embeddings(reply: Any) -> None:

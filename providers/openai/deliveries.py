@@ -13,7 +13,9 @@ delivered. A stream that ends before its proper end (chat: a ``finish_reason``
 other than ``error``; Responses: ``response.completed`` or
 ``response.incomplete``) counts as interrupted; one that ends before any output
 (a bare ``stop``, usage only, ``finish_reason: "error"``) is a malformed reply,
-retried or fallen back like any other fault, never an empty success.
+retried or fallen back like any other fault, never an empty success. One whose
+connection is cut after its proper end came (`Delivery.closed_after_end`: only a
+usage chunk or ``[DONE]`` lost) is whole.
 
 A continuation is one stream to the caller (`Delivery.fit`): its events take the
 identity of the stream they continue (chat: the completion's id, no second role
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import openai
 from openai.types.chat import ChatCompletionChunk
 
 from .exceptions import FailedReply, MalformedReply, StreamInterrupted
@@ -218,6 +221,17 @@ class Delivery:
         self.held = []
         return self._fitted(out)
 
+    def closed_after_end(self, e: BaseException) -> bool:
+        """Did only the stream's close fail (`e`, a cut or a timer of the transport) after
+        its proper end came (chat: a finish_reason; Responses: ``response.completed``)?
+        Then the answer is whole: at most a usage chunk or ``[DONE]`` was lost."""
+        return (
+            self.finished
+            and self.committed
+            and not isinstance(e, _NOT_A_CUT)
+            and not isinstance(e, openai.APIStatusError)
+        )
+
     def failure(self, e: BaseException) -> BaseException:
         """What the attempt that just broke comes to. Once this attempt handed output
         the stream is interrupted (carrying everything delivered); a continuation that
@@ -226,6 +240,10 @@ class Delivery:
         if isinstance(e, StreamInterrupted) or self.count == self.since:
             return e
         return StreamInterrupted(self.text, self.count, e)
+
+
+#: What a stream's own events made of it: never a mere cut of its connection.
+_NOT_A_CUT = (FailedReply, MalformedReply, NotContinuable, StreamInterrupted)
 
 
 def _may_repeat(seam: str, said: str) -> bool:

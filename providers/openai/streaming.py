@@ -249,7 +249,10 @@ class FallgateStream(_StreamBase[E]):
                 try:
                     yield from self._attempt(action, kwargs, seen)
                 except Exception as e:
-                    error = e
+                    if not self._delivery.closed_after_end(e):
+                        error = e
+                    else:  # the answer was whole: only its close was lost
+                        yield from self._ending()
                 action = steps.send(self._outcome(error))
         finally:
             steps.close()
@@ -367,7 +370,11 @@ class AsyncFallgateStream(_StreamBase[E]):
                             finally:
                                 self._dropped = dropped_events(sdk.response)
                 except Exception as e:
-                    error = e
+                    if not self._delivery.closed_after_end(e):
+                        error = e
+                    else:  # the answer was whole: only its close was lost
+                        for out in self._ending():
+                            yield out
                 action = await steps.asend(self._outcome(error))
         finally:
             await steps.aclose()
