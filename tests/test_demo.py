@@ -127,20 +127,26 @@ def test_without_graphviz_the_demo_says_in_one_line_how_to_get_svgs(capsys, monk
     assert list(tmp_path.glob("*.md")) and not list(tmp_path.glob("*.svg"))
 
 
-def test_an_out_that_cannot_be_a_directory_is_said_before_any_scenario_runs(
-    capsys, monkeypatch, tmp_path
+@pytest.mark.parametrize("where", ["a file", "a directory that takes no files"])
+def test_an_out_that_cannot_take_the_diagrams_is_said_before_any_scenario_runs(
+    capsys, monkeypatch, tmp_path, where
 ):
-    """`--out` naming a file: one message naming it and why (exit 1, an output that could
-    not be written), at once, not an internal error after the scenarios ran."""
+    """`--out` naming a file, or a directory nothing can be written in: one message
+    naming it and why (exit 1, an output that could not be written), at once, not an
+    internal error (nor an exit 0 with a line per scenario) after the scenarios ran."""
     played: list[object] = []
     monkeypatch.setattr(demo, "run_all", lambda: played.append(1) or [])
-    afile = tmp_path / "afile"
-    afile.write_text("x")
-    assert main(["demo", "--out", str(afile)]) == 1
+    if where == "a file":
+        out = tmp_path / "afile"
+        out.write_text("x")
+        says = f"cannot write the diagrams to {out}: File exists"
+    else:
+        out, says = Path("/proc"), "cannot write the diagrams to /proc: "
+    assert main(["demo", "--out", str(out)]) == 1
     err = capsys.readouterr().err
-    assert f"cannot write the diagrams to {afile}: File exists" in err, err
+    assert says in err, err
     assert "internal error" not in err and "Traceback" not in err
-    assert played == [] and afile.read_text() == "x"
+    assert played == []
 
 
 @pytest.mark.parametrize("target", ["demo", "diagrams"])

@@ -271,3 +271,42 @@ def test_a_stream_cut_after_its_finish_reason_is_a_whole_answer(
     assert text == "the whole answer"
     assert [e.dest for e in stream.trace] == ["primary", "done"]
     assert fault_server.counts == {"a": 1}
+
+
+def _choice(i: int, text: str | None, finish: str | None = None) -> dict[str, Any]:
+    delta = {} if text is None else {"content": text}
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "a",
+        "choices": [{"index": i, "delta": delta, "finish_reason": finish}],
+    }  # fmt: skip
+
+
+def test_a_stream_of_two_choices_cut_after_one_finished_is_broken_not_whole(
+    fault_server: FaultServer,
+) -> None:
+    """``n = 2``: choice 0 ends, choice 1 is cut halfway. The stream ended only when
+    every choice did: the turn fails with what was delivered, and it is not continued (one
+    text prefix cannot carry two choices)."""
+    events = [_choice(0, "zero done"), _choice(0, None, "stop"), _choice(1, "one half")]
+    fault_server.script({"models": {"a": [{"kind": "sse", "events": events, "done": False}]}})
+    _, failed = run(
+        chain({"model": "a", **CAN}, {"model": "b", **CAN}, server=fault_server), "sync"
+    )
+    assert isinstance(failed, TurnFailed), failed
+    assert failed.last_outcome.kind == "stream_interrupted"
+    assert fault_server.counts == {"a": 1}  # neither continued nor replayed
+
+
+def test_an_error_event_after_the_finish_reason_is_still_a_break(
+    fault_server: FaultServer,
+) -> None:
+    """Only a cut of the connection after the end is harmless; an error the stream itself
+    sends after it (an upstream that retracts its output) is a break like any other."""
+    events = [
+        _chunk("answer"),
+        _chunk(None, "stop"),
+        {"error": {"message": "retracted", "code": 500}},
+    ]
+    fault_server.script({"models": {"a": [{"kind": "sse", "events": events}]}})
+    _, stream = run(chain({"model": "a", **CAN}, "b", server=fault_server), "sync")
+    assert "stream_interrupted" in [e.event for e in stream.trace], stream.trace

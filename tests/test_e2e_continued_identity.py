@@ -136,3 +136,49 @@ def test_a_continued_chat_stream_keeps_its_id_and_opens_once(
     roles = [c.choices[0].delta.role for c in chunks if c.choices and c.choices[0].delta.role]
     assert roles == ["assistant"]
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == FULL
+
+
+def test_a_continuation_that_reasons_first_is_still_one_message_to_the_caller(
+    fault_server: FaultServer,
+) -> None:
+    """A reasoning model's continuation opens a reasoning item (index 0) before its
+    message (index 1): only the message's events go on, under the continued message's
+    index and id; the SDK's helper gets the whole answer, and the final response holds the
+    message only."""
+    rest = "".join(WORDS[4:])
+    rs = {"type": "reasoning", "id": "rs_2", "summary": []}
+    part = {"type": "output_text", "text": "", "annotations": []}
+
+    def msg(text: str | None, status: str) -> dict[str, Any]:
+        content = [] if text is None else [{**part, "text": text}]
+        return {"type": "message", "id": "msg_2", "role": "assistant", "status": status,
+                "content": content}  # fmt: skip
+
+    def resp(status: str, output: list[Any]) -> dict[str, Any]:
+        return {"id": "resp_2", "object": "response", "created_at": 1, "model": "a",
+                "status": status, "output": output, "parallel_tool_calls": True,
+                "tool_choice": "auto", "tools": []}  # fmt: skip
+
+    at = {"output_index": 1, "content_index": 0, "item_id": "msg_2"}
+    events = [
+        {"type": "response.created", "response": resp("in_progress", [])},
+        {"type": "response.output_item.added", "output_index": 0, "item": rs},
+        {"type": "response.output_item.done", "output_index": 0, "item": rs},
+        {"type": "response.output_item.added", "output_index": 1, "item": msg(None, "in_progress")},
+        {"type": "response.content_part.added", **at, "part": part},
+        {"type": "response.output_text.delta", **at, "delta": rest, "logprobs": []},
+        {"type": "response.output_text.done", **at, "text": rest, "logprobs": []},
+        {"type": "response.content_part.done", **at, "part": {**part, "text": rest}},
+        {"type": "response.output_item.done", "output_index": 1, "item": msg(rest, "completed")},
+        {"type": "response.completed", "response": resp("completed", [rs, msg(rest, "completed")])},
+    ]  # fmt: skip
+    for i, e in enumerate(events):
+        e["sequence_number"] = i
+    cut = {"kind": "stream", "chunks": WORDS[:4], "then": "cut"}
+    fault_server.script({"models": {"a": [cut, {"kind": "sse", "events": events}]}})
+    with Fallgate(chain({"model": "a", **CAN}, server=fault_server)) as gate:
+        with gate.responses.stream(input="tell me") as stream:
+            deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+            final = stream.get_final_response()
+    assert "".join(deltas) == FULL and final.output_text == FULL
+    assert [o.type for o in final.output] == ["message"]

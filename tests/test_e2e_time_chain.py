@@ -187,9 +187,7 @@ def test_a_stream_that_opens_and_then_says_nothing_leaves_the_fallback_its_attem
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
-def test_under_the_http_client_too_a_stream_that_opens_and_says_nothing_is_left(
-    fault_server, api
-):
+def test_under_the_http_client_too_a_stream_that_opens_and_says_nothing_is_left(fault_server, api):
     """The same primary under `fallgate.http_client` (what agent frameworks embed): cut
     where the fallback's reserve begins, and the caller's stream is the fallback's."""
     import openai
@@ -210,6 +208,63 @@ def test_under_the_http_client_too_a_stream_that_opens_and_says_nothing_is_left(
     took = time.monotonic() - t0
     assert text == "fallback answer"
     assert 2.9 <= took < 3.0 + SLACK, took
+
+
+def _chat_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "silent",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("via", ["wrapper", "http_client"])
+def test_a_model_that_streams_its_reasoning_past_the_hold_is_the_primarys(fault_server, via):
+    """Reasoning deltas for 3.5 s before the first content (the hold is at 3 s): the
+    stream is working, not silent, so it is not cut for the fallback's reserve, under the
+    wrapper and `fallgate.http_client` alike."""
+    import openai
+
+    from fallgate import http_client
+
+    thinking = [_chat_chunk({"reasoning_content": f"step {i} "}) for i in range(14)]
+    events = [_chat_chunk({"role": "assistant", "content": ""}), *thinking]
+    events += [_chat_chunk({"content": "primary answer"}), _chat_chunk({}, "stop")]
+    thinks = {"kind": "sse", "events": events, "interval": 0.25}
+    fault_server.script({"models": {"silent": [thinks], "fast": [FAST]}})
+    policy = _silent_policy(
+        fault_server, deadline=4, attempt_timeout=1, first_event_timeout=0.5,
+        stream_idle_timeout=1, max_attempts=1,
+    )  # fmt: skip
+    if via == "wrapper":
+        text, _ = _turn(policy, use_async=False, stream=True)
+    else:
+        with openai.OpenAI(api_key="u", http_client=http_client(policy), max_retries=0) as sdk:
+            chunks = sdk.chat.completions.create(model="silent", messages=MESSAGES, stream=True)
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "primary answer"
+    assert fault_server.count("fast") == 0
+
+
+def test_the_hold_keeps_no_time_for_a_fallback_that_cannot_be_tried(fault_server):
+    """The only fallback is benched (its key refused): nothing to keep time for, so the
+    primary's late first token (3.5 s, past where the hold would be) is its answer."""
+    fault_server.script(
+        {"models": {"silent": [{"kind": "drop"}], "fast": [{"kind": "status", "status": 401}]}}
+    )
+    policy = _silent_policy(
+        fault_server, deadline=5, attempt_timeout=1, first_event_timeout=1,
+        stream_idle_timeout=4, reserve=2.0, max_attempts=1, recover_transport=False,
+    )  # fmt: skip
+    late = [_chat_chunk({"role": "assistant", "content": ""}), _chat_chunk({"content": "late"})]
+    with Fallgate(policy) as gate:
+        with pytest.raises(TurnFailed):
+            gate.chat.completions.create(messages=MESSAGES)  # benches the fallback's key
+        fault_server.script(
+            {"models": {"silent": [{"kind": "sse", "events": [*late, _chat_chunk({}, "stop")],
+                                    "interval": 3.5}]}}
+        )  # fmt: skip
+        text = chat_text(gate, MESSAGES, stream=True)
+    assert text == "late"
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])

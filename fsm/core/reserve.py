@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..health.store import HealthStore
 from ..policy.backoff import wake_spread
 from ..policy.model import Policy
 from .edges import Guard
@@ -75,14 +76,19 @@ def longest_until(s: TurnState, seconds: float) -> float:
     return seconds + room if room > 0.0 else seconds
 
 
-def stream_hold(policy: Policy, index: int, left: float) -> float:
-    """How long a stream that has started but delivered no output yet may run on target
-    `index` when `left` seconds of the deadline remain: up to where a fallback after it
-    would need its reserve (the largest of theirs), at least the attempt's own bound. Its
-    first output commits it; until then its time is the chain's, as a silent target's."""
-    if index >= len(policy.targets) - 1:
-        return left  # nothing after it to keep time for
-    return max(left - policy.most_reserve(), min(policy.attempt_timeout, left))
+def stream_hold(policy: Policy, health: HealthStore, index: int, left: float, now: float) -> float:
+    """How long a stream that has started but said nothing yet (no output, no reasoning)
+    may run on target `index` when `left` seconds of the deadline remain: up to where the
+    first target after it that is free now (`HealthStore.ready_at`) needs its reserve, at
+    least the attempt's own bound; all of `left` when none is free (nothing to keep time
+    for) or the reserve is off. Until the stream says something its time is the chain's,
+    as a silent target's."""
+    if policy.reserve is False:
+        return left
+    for t in policy.targets[index + 1 :]:
+        if health.ready_at(t.key, t.pool(), "", None, now) <= now:
+            return max(left - policy.reserve_for(t), min(policy.attempt_timeout, left))
+    return left
 
 
 def reserve_warnings(policy: Policy) -> list[str]:

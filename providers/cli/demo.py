@@ -451,6 +451,9 @@ def demo_main(as_json: bool = False, out: Path = Path("build/demo"), diagrams: b
     if diagrams:  # before the scenarios run: a bad --out is said at once, nothing lost
         try:
             out.mkdir(parents=True, exist_ok=True)
+            probe = out / ".fallgate-demo-write-check"
+            probe.write_bytes(b"")  # an existing directory may still not take files
+            probe.unlink()
         except OSError as e:
             raise CliError(
                 f"cannot write the diagrams to {out}: {e.strerror or e} (give --out a "

@@ -119,14 +119,15 @@ def check_response(reply: Any) -> None:
         raise _malformed("a response", reply)
     if reply.status == "failed":
         raise FailedReply(reply.error)
-    if reply.status not in _ENDED and not (
+    if reply.status is not None and reply.status not in _ENDED and not (
         getattr(reply, "background", None) is True and reply.status in _RUNNING
     ):
-        # in progress, queued, cancelled, or no status: the response never ended (a proxy
-        # that gathered a stream which stopped before `response.completed`); a background
-        # response is answered queued or in progress, by design
+        # in progress, queued, cancelled: the response never ended (a proxy that gathered a
+        # stream which stopped before `response.completed`); a background response is
+        # answered queued or in progress, by design; no status at all is a compatible
+        # server that does not say (OpenAI always does): taken as it comes
         raise MalformedReply(f"a response that never completed (status {reply.status!r})")
-    if reply.status == "completed" and not reply.output:
+    if reply.status in (None, "completed") and not reply.output:
         raise MalformedReply("a completed response without any output")
 
 

@@ -33,6 +33,8 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from .exceptions import FailedReply, MalformedReply, StreamInterrupted
+from .http.phases import AttemptTimeout
+from .http.transport import timeout_errors, transport_errors
 from .usage import Usage, usage_of
 
 __all__ = ["ChatDelivery", "Delivery", "NotContinuable", "ResponsesDelivery", "delivery_for"]
@@ -65,6 +67,7 @@ class Delivery:
         "seam",
         "seams",
         "since",
+        "spoke",
         "usage",
     )
 
@@ -91,6 +94,9 @@ class Delivery:
         #: what identifies the stream the caller sees (ids, indexes, the last sequence
         #: number), noted from the events handed; a continuation's are rewritten to it
         self.first: dict[str, Any] = {}
+        #: this attempt's stream said something (output, or reasoning held back): it is
+        #: working, not silent (its bound lifts the hold: `AttemptBound.event`)
+        self.spoke = False
 
     @property
     def committed(self) -> bool:
@@ -109,6 +115,7 @@ class Delivery:
         self.usage = None
         self.since = self.count
         self.seam = prefix[-SEAM_WINDOW:] if prefix else None
+        self.spoke = False
 
     def payload(self, event: Any) -> bool:
         """Check `event` (raise on a bad one), note its ending and usage; does it
@@ -126,9 +133,15 @@ class Delivery:
         """Does `event`, its text trimmed away at a seam, still say something?"""
         return self.payload(event)
 
+    def says(self, event: Any) -> bool:
+        """Does `event` say anything (output, reasoning), committing or not?"""
+        return False
+
     def take(self, event: Any) -> list[Any]:
         """The events to hand over now (possibly none, possibly the held ones too)."""
-        if not self.payload(event) and self.count == self.since and not self.pending:
+        output = self.payload(event)
+        self.spoke = self.spoke or output or self.says(event)
+        if not output and self.count == self.since and not self.pending:
             self.held.append(event)  # nothing of this attempt's output handed yet
             return []
         out = [*self.held, event]
@@ -225,12 +238,7 @@ class Delivery:
         """Did only the stream's close fail (`e`, a cut or a timer of the transport) after
         its proper end came (chat: a finish_reason; Responses: ``response.completed``)?
         Then the answer is whole: at most a usage chunk or ``[DONE]`` was lost."""
-        return (
-            self.finished
-            and self.committed
-            and not isinstance(e, _NOT_A_CUT)
-            and not isinstance(e, openai.APIStatusError)
-        )
+        return self.finished and self.committed and isinstance(e, _cuts())
 
     def failure(self, e: BaseException) -> BaseException:
         """What the attempt that just broke comes to. Once this attempt handed output
@@ -242,8 +250,11 @@ class Delivery:
         return StreamInterrupted(self.text, self.count, e)
 
 
-#: What a stream's own events made of it: never a mere cut of its connection.
-_NOT_A_CUT = (FailedReply, MalformedReply, NotContinuable, StreamInterrupted)
+def _cuts() -> tuple[type[BaseException], ...]:
+    """A stream's connection failing, or a timer of its transport: the SDK's connection
+    error (its timeout among them), the HTTP libraries' transport errors and timeouts,
+    an attempt bound; never an error the stream itself sent."""
+    return (openai.APIConnectionError, AttemptTimeout, *transport_errors(), *timeout_errors())
 
 
 def _may_repeat(seam: str, said: str) -> bool:
@@ -266,9 +277,18 @@ def _repeat(seam: str, said: str) -> int:
 
 
 class ChatDelivery(Delivery):
-    """Chat completion chunks (`ChatCompletionChunk`)."""
+    """Chat completion chunks (`ChatCompletionChunk`). With several choices (``n``) the
+    stream has ended only once every choice it spoke of gave its finish_reason."""
 
-    __slots__ = ()
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._open: set[int] = set()  # the choices of this attempt not finished yet
+
+    def begin(self, prefix: str | None = None) -> None:
+        super().begin(prefix)
+        self._open = set()
 
     def payload(self, event: Any) -> bool:
         choices = getattr(event, "choices", None)
@@ -288,9 +308,14 @@ class ChatDelivery(Delivery):
                 if isinstance(error, dict) and error:
                     raise FailedReply(error)
                 raise MalformedReply("the stream ended with finish_reason 'error'")
+            index = getattr(choice, "index", 0)
             if finish:
-                self.finished = True
+                self._open.discard(index)
+                self.finished = not self._open
                 found = found or finish in EMPTY_BUT_REAL
+            else:
+                self._open.add(index)
+                self.finished = False
             delta = getattr(choice, "delta", None)
             if delta is not None and any(
                 getattr(delta, name, None)
@@ -298,6 +323,13 @@ class ChatDelivery(Delivery):
             ):
                 found = True
         return found
+
+    def says(self, event: Any) -> bool:
+        for choice in getattr(event, "choices", None) or ():
+            delta = getattr(choice, "delta", None)
+            if delta is not None and any(getattr(delta, n, None) for n in _REASONING):
+                return True
+        return False
 
     def text_of(self, event: Any) -> str:
         parts = []
@@ -313,6 +345,8 @@ class ChatDelivery(Delivery):
 
     def beyond_text(self, event: Any) -> bool:
         for choice in getattr(event, "choices", None) or ():
+            if getattr(choice, "index", 0):
+                return True  # several choices: one text prefix cannot continue them
             delta = getattr(choice, "delta", None)
             if delta is not None and any(
                 getattr(delta, name, None) for name in ("refusal", "tool_calls", "function_call")
@@ -341,6 +375,10 @@ class ChatDelivery(Delivery):
                 choice.delta.role = None
         return copy
 
+
+#: Where chat providers stream a reasoning model's thinking (DeepSeek, vLLM, OpenRouter):
+#: held back from the caller as no output, but a sign the stream is working.
+_REASONING = ("reasoning_content", "reasoning")
 
 #: Finish reasons that end a real chat reply even with nothing said: the caller's token
 #: limit, the content filter (classified as such, as without a stream).
@@ -386,6 +424,12 @@ class ResponsesDelivery(Delivery):
         # an empty delta says nothing (as an empty chat chunk): it does not commit
         return kind in OUTPUT_DELTAS and bool(getattr(event, "delta", None))
 
+    def says(self, event: Any) -> bool:
+        kind = getattr(event, "type", "")
+        return (
+            "reasoning" in kind and kind.endswith(".delta") and bool(getattr(event, "delta", None))
+        )
+
     def text_of(self, event: Any) -> str:
         if getattr(event, "type", None) == "response.output_text.delta":
             delta = getattr(event, "delta", "")
@@ -430,12 +474,13 @@ class ResponsesDelivery(Delivery):
         own, orig = first.get("own"), first.get("item")
         update: dict[str, Any] = {}
         index = getattr(event, "output_index", None)
-        if index is not None and own is not None and orig is not None:
-            if index != own[1]:
+        if index is not None:
+            if own is None or index != own[1]:
                 return None  # another item of the continuation (its reasoning, say)
-            update["output_index"] = orig[1]
-            if getattr(event, "item_id", None) is not None:
-                update["item_id"] = orig[0]
+            if orig is not None:
+                update["output_index"] = orig[1]
+                if getattr(event, "item_id", None) is not None:
+                    update["item_id"] = orig[0]
         if "seq" in first and isinstance(getattr(event, "sequence_number", None), int):
             first["seq"] = update["sequence_number"] = first["seq"] + 1
         if kind == "response.output_text.done":
@@ -450,9 +495,12 @@ class ResponsesDelivery(Delivery):
         if response is not None:
             if first.get("response"):
                 response.id = first["response"]
-            for out in getattr(response, "output", None) or ():
-                if own is None or getattr(out, "id", None) == own[0]:
+            output = getattr(response, "output", None)
+            if output:  # the continuation's message only (its reasoning is not the answer)
+                kept = [o for o in output if own is None or getattr(o, "id", None) == own[0]]
+                for out in kept:
                     _whole_message(out, orig, whole)
+                response.output = kept
         return copy
 
 

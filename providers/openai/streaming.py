@@ -178,7 +178,7 @@ class _StreamBase(Generic[E]):
         for out in d.take(event):
             d.handed(out)
             yield out
-        bound.event(d.committed)
+        bound.event(d.committed, d.spoke)
 
     def _end(self, action: Action) -> None:
         """Keep a finished turn's result; a failed one raises its `TurnFailed`."""
@@ -266,7 +266,14 @@ class FallgateStream(_StreamBase[E]):
         if action.prefix is not None:
             self._delivery.check_continuable()
         with gate._pool.lease(action.target, action.credential, seen) as client:
-            bound = attempt_bound(self._call.policy, action, stream=True, issued=handed)
+            bound = attempt_bound(
+                self._call.policy,
+                action,
+                stream=True,
+                issued=handed,
+                health=gate.health,
+                clock=gate.clock,
+            )
             reading = pacing.reading(gate.health, action.target, action.credential, gate.clock)
             try:  # the stream's headers arrive here: read for pacing
                 with _otel.attempt_scope(self._step.turn), bounded(bound):  # SDK spans nest
@@ -340,7 +347,14 @@ class AsyncFallgateStream(_StreamBase[E]):
                     if action.prefix is not None:
                         self._delivery.check_continuable()
                     async with gate._pool.lease(action.target, action.credential, seen) as client:
-                        bound = attempt_bound(self._call.policy, action, stream=True, issued=handed)
+                        bound = attempt_bound(
+                            self._call.policy,
+                            action,
+                            stream=True,
+                            issued=handed,
+                            health=gate.health,
+                            clock=gate.clock,
+                        )
                         # per event, asyncio.timeout only where the socket is not bounded
                         backstop = not is_instrumented(client)
                         reading = pacing.reading(

@@ -53,8 +53,10 @@ import weakref
 from types import TracebackType
 from typing import Any, Final
 
+from ....fsm.clock import Clock, default_clock, steady
 from ....fsm.core.actions import Attempt
 from ....fsm.core.reserve import stream_hold
+from ....fsm.health.store import HealthStore
 from ....fsm.policy.model import Policy
 from .phases import (
     STARVATION,
@@ -94,14 +96,22 @@ def issued() -> float:
 
 
 def attempt_bound(
-    policy: Policy, a: Attempt, *, stream: bool = False, issued: float | None = None
+    policy: Policy,
+    a: Attempt,
+    *,
+    stream: bool = False,
+    issued: float | None = None,
+    health: HealthStore | None = None,
+    clock: Clock | None = None,
 ) -> AttemptBound:
     """The bounds of attempt `a` (a `stream` or not): its timeout (what the turn's
     deadline leaves of ``attempt_timeout``), the connect, first-byte / first-event and
     idle bounds of the policy, and its ``max_body_bytes``. With `issued` (`issued()`
     when the engine handed `a` over), the turn's deadline is held to the instant: the
     time spent since (building the client, waiting for a lock) is not the server's, so
-    `a.timeout` still starts now, but nothing runs past the deadline."""
+    `a.timeout` still starts now, but nothing runs past the deadline. A stream's `health`
+    store (and the turn's `clock`, default: the default one) tell where it is held until
+    it says something (`fsm.core.reserve.stream_hold`)."""
     seconds, left = a.timeout, a.until_deadline
     if issued is not None:
         left -= _MONOTONIC() - issued
@@ -112,8 +122,10 @@ def attempt_bound(
         if stream
         else (policy.first_byte_timeout, "first_byte_timeout")
     )
-    if stream:  # started, nothing delivered: never into the next target's reserve
-        left = stream_hold(policy, a.target.index, left)
+    hold = left
+    if stream and health is not None:  # started, nothing said: not into the next's reserve
+        now = (steady(clock) if clock is not None else default_clock()).now()
+        hold = stream_hold(policy, health, a.target.index, left, now)
     return AttemptBound(
         seconds,
         policy.max_body_bytes,
@@ -123,6 +135,7 @@ def attempt_bound(
         idle=policy.stream_idle_timeout,
         stream=stream,
         turn_left=left,
+        hold_left=hold,
     )
 
 

@@ -267,7 +267,14 @@ class EmbeddedTransport(_Embedded, transport.http.BaseTransport):  # type: ignor
             turn.target = a.target
             out = ex.outbound(a, self.gate.policy)
             inner = self.gate.inner(a.target)
-            bound = attempt_bound(self.gate.policy, a, stream=ex.stream, issued=handed)
+            bound = attempt_bound(
+                self.gate.policy,
+                a,
+                stream=ex.stream,
+                issued=handed,
+                health=self.gate.health,
+                clock=self.gate.clock,
+            )
             with bounded(bound):
                 reply = inner.handle_request(out)
                 if reply.status_code < 300 and ex.stream and _sse(reply, ex):
@@ -387,7 +394,14 @@ class AsyncEmbeddedTransport(_Embedded, transport.http.AsyncBaseTransport):  # t
             turn.target = a.target
             out = ex.outbound(a, self.gate.policy)
             inner = self.gate.inner(a.target)
-            bound = attempt_bound(self.gate.policy, a, stream=ex.stream, issued=handed)
+            bound = attempt_bound(
+                self.gate.policy,
+                a,
+                stream=ex.stream,
+                issued=handed,
+                health=self.gate.health,
+                clock=self.gate.clock,
+            )
             async with abounded(bound, backstop=not self.gate.bounded):
                 reply = await inner.handle_async_request(out)
                 if reply.status_code < 300 and ex.stream and _sse(reply, ex):

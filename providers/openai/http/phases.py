@@ -110,18 +110,21 @@ class AttemptBound:
     __slots__ = (
         "_first",
         "_first_field",
+        "_hold_left",
         "committed",
         "connect",
         "deadline",
         "due",
         "end",
         "field",
+        "hold_end",
         "idle_s",
         "lag",
         "late",
         "late_timer",
         "max_bytes",
         "phase",
+        "progressed",
         "received",
         "seconds",
         "started",
@@ -144,6 +147,7 @@ class AttemptBound:
         idle: float = math.inf,
         stream: bool = False,
         turn_left: float = math.inf,
+        hold_left: float = math.inf,
     ) -> None:
         #: The limit the deadline was last set from, the phase it bounds and the
         #: policy field it came from (for messages).
@@ -154,6 +158,9 @@ class AttemptBound:
         self.idle_s = idle
         self.stream = stream
         self.committed = False
+        #: The stream said something (output, reasoning): the hold no longer applies.
+        self.progressed = False
+        self._hold_left = hold_left
         self._first = first
         self._first_field = first_field
         self.max_bytes = max_bytes
@@ -172,7 +179,7 @@ class AttemptBound:
         self.lag = 0.0
         #: A timer of it fired (`fired`).
         self.timed_out = False
-        self.started = self.end = self.deadline = self.due = self.turn_end = 0.0
+        self.started = self.end = self.deadline = self.due = self.turn_end = self.hold_end = 0.0
         self.restart(seconds, turn_left)
 
     def restart(self, seconds: float, turn_left: float | None = None) -> None:
@@ -186,6 +193,9 @@ class AttemptBound:
             self.turn_end = now + max(seconds, turn_left)
         elif self.turn_end < self.end:
             self.turn_end = self.end
+        # a stream that has said nothing: no further than where the next target's reserve
+        # begins (`fsm.core.reserve.stream_hold`), never short of its own bound
+        self.hold_end = min(self.turn_end, max(self.end, now + self._hold_left))
         self.phase, self.field, self.deadline = "total", "attempt_timeout", self.end
         if self._first < seconds:
             self.phase = "first event" if self.stream else "first byte"
@@ -198,15 +208,20 @@ class AttemptBound:
         if self.phase == "first byte":
             self.phase, self.field, self.deadline = "total", "attempt_timeout", self.end
 
-    def event(self, committed: bool = False) -> None:
+    def event(self, committed: bool = False, progress: bool = False) -> None:
         """A stream's event came: the next must come within the idle bound (and, until
-        the stream is `committed` to the caller, within the turn's deadline)."""
+        the stream is `committed` to the caller, within the turn's deadline; until it has
+        said something, `progress`: output or reasoning, within the hold)."""
         self.committed = self.committed or committed
+        self.progressed = self.progressed or progress or committed
         now = _MONOTONIC()
         self.phase, self.field = "idle", "stream_idle_timeout"
         self.deadline = now + self.idle_s
-        if not self.committed and self.deadline > self.turn_end:
-            self.phase, self.field, self.deadline = "deadline", "deadline", self.turn_end
+        if self.committed:
+            return
+        cap = self.turn_end if self.progressed else self.hold_end
+        if self.deadline > cap:
+            self.phase, self.field, self.deadline = "deadline", "deadline", cap
 
     def left(self) -> float:
         return self.deadline - _MONOTONIC()
