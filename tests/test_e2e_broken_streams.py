@@ -270,6 +270,7 @@ def test_a_stream_cut_after_its_finish_reason_is_a_whole_answer(
     assert not isinstance(stream, TurnFailed), stream
     assert text == "the whole answer"
     assert [e.dest for e in stream.trace] == ["primary", "done"]
+    assert "cut after the stream's end" in stream.trace[-1].detail  # what came after is lost
     assert fault_server.counts == {"a": 1}
 
 

@@ -88,6 +88,7 @@ class _StreamBase(Generic[E]):
         )
         self.result = None
         self._dropped = 0  # malformed events the transport dropped from this attempt
+        self._cut_after_end = False  # its connection was cut after the stream's end
 
     def _telemetry(self) -> _otel.Telemetry | None:
         """The turn's OpenTelemetry description (made only while telemetry is on)."""
@@ -147,12 +148,17 @@ class _StreamBase(Generic[E]):
         events were dropped from its stream: the trace shows it)."""
         self._ledger.note(self._delivery.usage)
         dropped, self._dropped = self._dropped, 0
+        cut, self._cut_after_end = self._cut_after_end, False
         if error is None:
             text = self._delivery.text
+            notes = []
             if dropped:
                 s = "" if dropped == 1 else "s"
-                note = f"{dropped} malformed stream event{s} dropped"
-                return Outcome(OutcomeKind.SUCCESS, detail=note, value=text)
+                notes.append(f"{dropped} malformed stream event{s} dropped")
+            if cut:  # whole, but whatever came after its end (a usage chunk) was lost
+                notes.append("the connection was cut after the stream's end")
+            if notes:
+                return Outcome(OutcomeKind.SUCCESS, detail="; ".join(notes), value=text)
             return Outcome.success(text)
         return self._step.outcome_of(self._delivery.failure(error))
 
@@ -252,6 +258,7 @@ class FallgateStream(_StreamBase[E]):
                     if not self._delivery.closed_after_end(e):
                         error = e
                     else:  # the answer was whole: only its close was lost
+                        self._cut_after_end = True
                         yield from self._ending()
                 action = steps.send(self._outcome(error))
         finally:
@@ -387,6 +394,7 @@ class AsyncFallgateStream(_StreamBase[E]):
                     if not self._delivery.closed_after_end(e):
                         error = e
                     else:  # the answer was whole: only its close was lost
+                        self._cut_after_end = True
                         for out in self._ending():
                             yield out
                 action = await steps.asend(self._outcome(error))
