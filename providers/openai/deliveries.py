@@ -58,6 +58,7 @@ class Delivery:
 
     __slots__ = (
         "count",
+        "ended",
         "finished",
         "first",
         "held",
@@ -68,6 +69,7 @@ class Delivery:
         "seams",
         "since",
         "spoke",
+        "text_closed",
         "usage",
     )
 
@@ -79,6 +81,9 @@ class Delivery:
         self.pieces: list[str] = []
         self.count = 0
         self.finished = False
+        #: an attempt reached the stream's proper end before it broke: the answer is
+        #: closed, nothing may follow it (a break after it is not continued)
+        self.ended = False
         self.usage: Usage | None = None
         #: events handed before the current attempt (a continuation's start)
         self.since = 0
@@ -97,10 +102,18 @@ class Delivery:
         #: this attempt's stream said something (output, or reasoning held back): it is
         #: working, not silent (its bound lifts the hold: `AttemptBound.event`)
         self.spoke = False
+        #: this attempt closed its text (a Responses message item done): nothing follows it
+        self.text_closed = False
 
     @property
     def committed(self) -> bool:
         return self.count > 0
+
+    @property
+    def handing(self) -> bool:
+        """Has this attempt handed the caller anything (a continuation, before it does,
+        is bounded like a stream that has said nothing: `AttemptBound.event`)?"""
+        return self.count > self.since
 
     @property
     def text(self) -> str:
@@ -116,6 +129,7 @@ class Delivery:
         self.since = self.count
         self.seam = prefix[-SEAM_WINDOW:] if prefix else None
         self.spoke = False
+        self.text_closed = False
 
     def payload(self, event: Any) -> bool:
         """Check `event` (raise on a bad one), note its ending and usage; does it
@@ -213,7 +227,9 @@ class Delivery:
 
     def check_continuable(self) -> None:
         """Raise `NotContinuable` when the stream handed output a text prefix cannot
-        carry (the continuation would send it again)."""
+        carry (the continuation would send it again), or had reached its end."""
+        if self.ended:
+            raise NotContinuable("the stream reached its end before it broke: nothing follows")
         if self.other:
             raise NotContinuable(
                 "the stream delivered tool calls or a refusal: a text prefix cannot continue it"
@@ -245,6 +261,8 @@ class Delivery:
         the stream is interrupted (carrying everything delivered); a continuation that
         handed nothing fails as itself (its own 400, cut, timeout: classified as such,
         and the machine reports the first break)."""
+        if self.finished or self.text_closed:
+            self.ended = True
         if isinstance(e, StreamInterrupted) or self.count == self.since:
             return e
         return StreamInterrupted(self.text, self.count, e)
@@ -414,6 +432,9 @@ class ResponsesDelivery(Delivery):
             raise FailedReply(
                 {"code": getattr(event, "code", None), "message": getattr(event, "message", None)}
             )
+        if kind == "response.output_item.done" and self.committed:
+            item = getattr(event, "item", None)
+            self.text_closed = self.text_closed or getattr(item, "type", None) == "message"
         if kind in ENDINGS:
             if not self.committed and kind == "response.completed":
                 if not getattr(getattr(event, "response", None), "output", None):
@@ -458,6 +479,8 @@ class ResponsesDelivery(Delivery):
         item: Any = getattr(event, "item", None)
         if event.type == "response.output_item.added" and getattr(item, "type", None) == "message":
             first.setdefault("item", (item.id, event.output_index))
+        elif event.type == "response.output_item.done" and item is not None:
+            first.setdefault("done", {})[event.output_index] = item  # reasoning before the text
 
     def fit(self, event: Any, whole: str) -> Any | None:
         """A continuation's events under the continued stream's response, message item
@@ -496,11 +519,16 @@ class ResponsesDelivery(Delivery):
             if first.get("response"):
                 response.id = first["response"]
             output = getattr(response, "output", None)
-            if output:  # the continuation's message only (its reasoning is not the answer)
+            if output:  # the continued stream's items, then its message, whole
                 kept = [o for o in output if own is None or getattr(o, "id", None) == own[0]]
                 for out in kept:
                     _whole_message(out, orig, whole)
-                response.output = kept
+                items = {k: v for k, v in first.get("done", {}).items() if v.type != "message"}
+                if orig is not None and kept:
+                    items[orig[1]] = kept[0]
+                    response.output = [items[k] for k in sorted(items)]
+                else:
+                    response.output = [*(items[k] for k in sorted(items)), *kept]
         return copy
 
 

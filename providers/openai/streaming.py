@@ -184,7 +184,7 @@ class _StreamBase(Generic[E]):
         for out in d.take(event):
             d.handed(out)
             yield out
-        bound.event(d.committed, d.spoke)
+        bound.event(d.handing, d.spoke)  # a continuation is held until it hands something
 
     def _end(self, action: Action) -> None:
         """Keep a finished turn's result; a failed one raises its `TurnFailed`."""

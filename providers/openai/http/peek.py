@@ -1,9 +1,9 @@
 """Where a stream under the embedded HTTP client commits: the first event with content.
 
 `providers.openai.http.embedded` hands the SDK a streamed response only once it has
-seen an event that carries something for the caller (text, a tool call, a finish
-reason; for the Responses API any event but ``response.created`` / ``in_progress``
-and the ``*.added`` ones that open an empty item). The events before it are held
+seen an event that carries something for the caller (text, a tool call, reasoning, a
+finish reason; for the Responses API a delta that is not empty, or the response's end;
+openers, progress events and ``*.done`` events say nothing new). The events before it are held
 back and replayed in front of the rest, so the SDK parses the stream the server
 sent. Until then the stream still belongs to the turn: an error event raises
 `FailedReply`, a stream that ends without content `MalformedReply`, and a cut
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..deliveries import OUTPUT_DELTAS
+from ..deliveries import ENDINGS
 from ..exceptions import FailedReply, MalformedReply
 from .sse import boundary
 
@@ -25,10 +25,6 @@ __all__ = ["PEEK_LIMIT", "Peek"]
 #: Bytes held back at most: a stream that says nothing for this long commits anyway
 #: (its events go to the caller; the turn can no longer fall back).
 PEEK_LIMIT = 1 << 20
-
-#: Responses API events that carry nothing for the caller yet (besides ``*.added``: an
-#: output item or content part opened, still empty).
-_PREAMBLE = frozenset({"response.created", "response.in_progress", "response.queued"})
 
 
 def _chat_content(event: Any) -> bool:
@@ -109,6 +105,8 @@ class Peek:
             raise FailedReply(event.get("error") or event)
         if kind == "response.failed":
             raise FailedReply((event.get("response") or {}).get("error") or event)
-        if kind in OUTPUT_DELTAS:  # an empty delta says nothing yet, as the wrapper's
-            return bool(event.get("delta"))
-        return kind not in _PREAMBLE and not kind.endswith(".added")
+        if kind in ENDINGS:
+            return True
+        # a delta says something only when it is not empty (output, reasoning, arguments);
+        # openers, progress and `*.done` events say nothing new
+        return kind.endswith(".delta") and bool(event.get("delta"))
