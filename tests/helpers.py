@@ -143,3 +143,20 @@ async def achat_text(gate: Any, messages: Any, *, stream: bool) -> str:
             return "".join([c.choices[0].delta.content or "" async for c in s if c.choices])
     reply = await gate.chat.completions.create(messages=messages)
     return str(reply.choices[0].message.content)
+
+
+#: An empty output_text part, as a Responses message's content opens with.
+OUTPUT_TEXT = {"type": "output_text", "text": "", "annotations": []}
+
+
+def response_message(text: str | None, status: str, id: str = "msg_1") -> dict[str, Any]:
+    """A Responses API message output item (no content yet when `text` is None)."""
+    content = [] if text is None else [{**OUTPUT_TEXT, "text": text}]
+    return {"type": "message", "id": id, "role": "assistant", "status": status, "content": content}
+
+
+def response_body(status: str, output: list[Any], id: str = "resp_1") -> dict[str, Any]:
+    """A Responses API response object of model ``a``."""
+    return {"id": id, "object": "response", "created_at": 1, "model": "a", "status": status,
+            "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
+            "tools": []}  # fmt: skip

@@ -20,7 +20,7 @@ from fallgate.fsm import instant_waits
 from fallgate.providers import AsyncFallgate, Fallgate
 from fallgate.providers.testing.fault_server import FaultServer
 
-from helpers import chain
+from helpers import OUTPUT_TEXT, chain, response_body, response_message
 
 WORDS = [f"w{i} " for i in range(10)]
 FULL = "".join(WORDS)
@@ -147,17 +147,13 @@ def test_a_continuation_that_reasons_first_is_still_one_message_to_the_caller(
     message only."""
     rest = "".join(WORDS[4:])
     rs = {"type": "reasoning", "id": "rs_2", "summary": []}
-    part = {"type": "output_text", "text": "", "annotations": []}
+    part = OUTPUT_TEXT
 
     def msg(text: str | None, status: str) -> dict[str, Any]:
-        content = [] if text is None else [{**part, "text": text}]
-        return {"type": "message", "id": "msg_2", "role": "assistant", "status": status,
-                "content": content}  # fmt: skip
+        return response_message(text, status, "msg_2")
 
     def resp(status: str, output: list[Any]) -> dict[str, Any]:
-        return {"id": "resp_2", "object": "response", "created_at": 1, "model": "a",
-                "status": status, "output": output, "parallel_tool_calls": True,
-                "tool_choice": "auto", "tools": []}  # fmt: skip
+        return response_body(status, output, "resp_2")
 
     at = {"output_index": 1, "content_index": 0, "item_id": "msg_2"}
     events = [

@@ -22,13 +22,13 @@ from fallgate.providers.testing.fault_server import FaultServer
 
 from fallgate import http_client
 
-from helpers import chain, no_collector_pauses
+from helpers import OUTPUT_TEXT, chain, no_collector_pauses, response_body, response_message
 
 WORDS = [f"w{i} " for i in range(10)]
 FULL = "".join(WORDS)
 CAN = {"assistant_prefix": True}
 MSG = [{"role": "user", "content": "tell me"}]
-PART = {"type": "output_text", "text": "", "annotations": []}
+PART = OUTPUT_TEXT
 SLACK = 0.6
 
 
@@ -38,15 +38,11 @@ def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
 
 
 def _msg(text: str | None, status: str) -> dict[str, Any]:
-    content = [] if text is None else [{**PART, "text": text}]
-    return {"type": "message", "id": "msg_1", "role": "assistant", "status": status,
-            "content": content}  # fmt: skip
+    return response_message(text, status)
 
 
 def _resp(status: str, output: list[Any]) -> dict[str, Any]:
-    return {"id": "resp_1", "object": "response", "created_at": 1, "model": "a",
-            "status": status, "output": output, "parallel_tool_calls": True,
-            "tool_choice": "auto", "tools": []}  # fmt: skip
+    return response_body(status, output)
 
 
 def reasoned(pieces: list[str], *, closed: bool, completed: bool) -> list[dict[str, Any]]:
@@ -150,9 +146,7 @@ def test_a_continuation_that_opens_and_says_nothing_is_left_for_the_next_that_co
     silent = {"kind": "sse", "interval": 0.4, "done": False,
               "events": [chunk({"role": "assistant", "content": ""})]
               + [chunk({"content": ""})] * 40}  # fmt: skip
-    fault_server.script(
-        {"models": {"a": [cut, silent], "b": [{"kind": "continue", "text": FULL}]}}
-    )
+    fault_server.script({"models": {"a": [cut, silent], "b": [{"kind": "continue", "text": FULL}]}})
     policy = chain({"model": "a", **CAN}, {"model": "b", **CAN}, server=fault_server,
                    attempt_timeout=1, deadline=4, stream_idle_timeout=3,
                    first_event_timeout=1)  # fmt: skip
@@ -186,9 +180,10 @@ def test_under_the_http_client_empty_reasoning_deltas_say_nothing(
     policy = chain("a", "b", server=fault_server, attempt_timeout=1, deadline=4,
                    stream_idle_timeout=10, first_event_timeout=1, max_attempts=1)  # fmt: skip
     t0 = time.monotonic()
-    with no_collector_pauses(), openai.OpenAI(
-        api_key="unused", http_client=http_client(policy), max_retries=0
-    ) as sdk:
+    with (
+        no_collector_pauses(),
+        openai.OpenAI(api_key="unused", http_client=http_client(policy), max_retries=0) as sdk,
+    ):
         events = sdk.responses.create(model="a", input="x", stream=True)
         text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     took = time.monotonic() - t0

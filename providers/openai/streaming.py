@@ -128,6 +128,14 @@ class _StreamBase(Generic[E]):
         self._ledger.begin(a)
         return self._call.sdk_kwargs(a, self._gate._timeout, prefix=a.prefix)
 
+    def _bound(self, a: Attempt, handed: float) -> AttemptBound:
+        """Attempt `a`'s bounds as a stream (held until it says something: the gate's
+        health store tells which later target keeps a reserve)."""
+        gate = self._gate
+        return attempt_bound(
+            self._call.policy, a, stream=True, issued=handed, health=gate.health, clock=gate.clock
+        )
+
     @property
     def seams(self) -> tuple[tuple[int, int], ...]:
         """Where the stream was continued: per continuation that delivered output, the
@@ -273,14 +281,7 @@ class FallgateStream(_StreamBase[E]):
         if action.prefix is not None:
             self._delivery.check_continuable()
         with gate._pool.lease(action.target, action.credential, seen) as client:
-            bound = attempt_bound(
-                self._call.policy,
-                action,
-                stream=True,
-                issued=handed,
-                health=gate.health,
-                clock=gate.clock,
-            )
+            bound = self._bound(action, handed)
             reading = pacing.reading(gate.health, action.target, action.credential, gate.clock)
             try:  # the stream's headers arrive here: read for pacing
                 with _otel.attempt_scope(self._step.turn), bounded(bound):  # SDK spans nest
@@ -354,14 +355,7 @@ class AsyncFallgateStream(_StreamBase[E]):
                     if action.prefix is not None:
                         self._delivery.check_continuable()
                     async with gate._pool.lease(action.target, action.credential, seen) as client:
-                        bound = attempt_bound(
-                            self._call.policy,
-                            action,
-                            stream=True,
-                            issued=handed,
-                            health=gate.health,
-                            clock=gate.clock,
-                        )
+                        bound = self._bound(action, handed)
                         # per event, asyncio.timeout only where the socket is not bounded
                         backstop = not is_instrumented(client)
                         reading = pacing.reading(

@@ -120,6 +120,12 @@ class _Gate:
             old, self._inner = list(self._inner.values()), {}
         return old
 
+    def bound(self, a: Attempt, stream: bool, handed: float) -> AttemptBound:
+        """Attempt `a`'s bounds (a stream's held until it says something: `attempt_bound`)."""
+        return attempt_bound(
+            self.policy, a, stream=stream, issued=handed, health=self.health, clock=self.clock
+        )
+
     def options(self, turn: _Turn, ex: Exchange) -> dict[str, Any]:
         classify = classifier_for(self.policy, lambda: turn.target)
 
@@ -267,14 +273,7 @@ class EmbeddedTransport(_Embedded, transport.http.BaseTransport):  # type: ignor
             turn.target = a.target
             out = ex.outbound(a, self.gate.policy)
             inner = self.gate.inner(a.target)
-            bound = attempt_bound(
-                self.gate.policy,
-                a,
-                stream=ex.stream,
-                issued=handed,
-                health=self.gate.health,
-                clock=self.gate.clock,
-            )
+            bound = self.gate.bound(a, ex.stream, handed)
             with bounded(bound):
                 reply = inner.handle_request(out)
                 if reply.status_code < 300 and ex.stream and _sse(reply, ex):
@@ -394,14 +393,7 @@ class AsyncEmbeddedTransport(_Embedded, transport.http.AsyncBaseTransport):  # t
             turn.target = a.target
             out = ex.outbound(a, self.gate.policy)
             inner = self.gate.inner(a.target)
-            bound = attempt_bound(
-                self.gate.policy,
-                a,
-                stream=ex.stream,
-                issued=handed,
-                health=self.gate.health,
-                clock=self.gate.clock,
-            )
+            bound = self.gate.bound(a, ex.stream, handed)
             async with abounded(bound, backstop=not self.gate.bounded):
                 reply = await inner.handle_async_request(out)
                 if reply.status_code < 300 and ex.stream and _sse(reply, ex):
