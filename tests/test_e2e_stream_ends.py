@@ -2,14 +2,17 @@
 
 Once a stream reached its end (a finish_reason; a Responses message item done, or the
 response completed) nothing follows it: a break after the end is not continued (no text
-after the end, no second finish). A continuation that opens and says nothing is held like
-a new stream: it is cut where the next target's reserve begins, and that target continues.
+after the end, no second finish), and under `fallgate.http_client` a cut after the end
+is no error: the SDK's iteration just ends. A continuation that opens and says nothing is
+held like a new stream: it is cut where the next target's reserve begins, and that target
+continues.
 A continued Responses stream keeps the items it delivered before the break in its final
 response. Under `fallgate.http_client` an empty reasoning delta says nothing either.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +23,7 @@ from fallgate.fsm import TurnFailed, instant_waits
 from fallgate.providers import Fallgate
 from fallgate.providers.testing.fault_server import FaultServer
 
-from fallgate import http_client
+from fallgate import async_http_client, http_client
 
 from helpers import OUTPUT_TEXT, chain, no_collector_pauses, response_body, response_message
 
@@ -189,3 +192,83 @@ def test_under_the_http_client_empty_reasoning_deltas_say_nothing(
     took = time.monotonic() - t0
     assert text == "from b"
     assert took < 3.0 + SLACK, took
+
+
+def _sdk_stream(policy: Any, flavour: str, api: str) -> list[Any]:
+    """Every event the real SDK hands its caller for one stream under
+    `fallgate.http_client` (`flavour`: sync or async; `api`: chat or responses)."""
+
+    def create(c: Any) -> Any:
+        if api == "chat":
+            return c.chat.completions.create(model="a", messages=MSG, stream=True)
+        return c.responses.create(model="a", input="x", stream=True)
+
+    if flavour == "sync":
+        with openai.OpenAI(api_key="unused", http_client=http_client(policy), max_retries=0) as c:
+            return list(create(c))
+
+    async def main() -> list[Any]:
+        client = openai.AsyncOpenAI(
+            api_key="unused", http_client=async_http_client(policy), max_retries=0
+        )
+        async with client:
+            return [e async for e in await create(client)]
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_under_the_http_client_a_chat_stream_cut_after_its_finish_is_whole(
+    fault_server: FaultServer, flavour: str
+) -> None:
+    """The text and its finish_reason, then the connection breaks before ``[DONE]``: the
+    answer had ended, so the SDK's iteration just ends (as the wrapper takes such a stream
+    whole) instead of raising a connection error at the caller after the whole answer."""
+    ev = [chunk({"role": "assistant", "content": "the whole answer"}), chunk({}, "stop")]
+    fault_server.script({"models": {"a": [{"kind": "sse", "events": ev, "done": False}]}})
+    got = _sdk_stream(chain("a", "b", server=fault_server), flavour, "chat")
+    assert [(c.choices[0].delta.content, c.choices[0].finish_reason) for c in got] == [
+        ("the whole answer", None),
+        (None, "stop"),
+    ]
+    assert fault_server.counts == {"a": 1}
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_under_the_http_client_a_responses_stream_cut_after_it_completed_is_whole(
+    fault_server: FaultServer, flavour: str
+) -> None:
+    ev = reasoned(WORDS[:4], closed=True, completed=True)
+    fault_server.script({"models": {"a": [{"kind": "sse", "events": ev, "done": False}]}})
+    got = _sdk_stream(chain("a", "b", server=fault_server), flavour, "responses")
+    assert got[-1].type == "response.completed"
+    assert got[-1].response.output_text == "".join(WORDS[:4])
+    assert fault_server.counts == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        pytest.param(reasoned(WORDS[:4], closed=True, completed=False), id="responses-unfinished"),
+        pytest.param(
+            [
+                {**chunk({"content": "zero"}), "choices": [{"index": 0, "delta": {"content": "0"},
+                                                             "finish_reason": "stop"}]},
+                {**chunk({}), "choices": [{"index": 1, "delta": {"content": "one half"},
+                                           "finish_reason": None}]},
+            ],
+            id="chat-one-of-two-choices-finished",
+        ),
+    ],
+)  # fmt: skip
+def test_under_the_http_client_a_cut_before_the_end_still_reaches_the_caller(
+    fault_server: FaultServer, events: list[Any]
+) -> None:
+    """Cut after the commit but before the answer's end (a Responses message closed but
+    never completed; one of two choices still open): the SDK raises its connection error,
+    as it would without fallgate, and nothing is sent again."""
+    api = "responses" if events[0].get("type") else "chat"
+    fault_server.script({"models": {"a": [{"kind": "sse", "events": events, "done": False}]}})
+    with pytest.raises(openai.APIConnectionError):
+        _sdk_stream(chain("a", "b", server=fault_server), "sync", api)
+    assert fault_server.counts == {"a": 1}

@@ -18,7 +18,8 @@ does: an entry's model, ``provider/model`` or target name); a model the chain do
 not hold is answered 400 without a request. A stream commits at its first event
 with content (`providers.openai.http.peek`): an error event or a cut before that
 is the turn's and may fall back; after it, a cut reaches the SDK as the HTTP
-library's own error, which it raises to the caller mid-iteration.
+library's own error, which it raises to the caller mid-iteration (unless the answer
+had already ended: then the stream just ends).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from .bounds import (
 )
 from .exchange import Exchange, Refused, failed_answer, reply_answer, status_error
 from .peek import Peek
-from .sse import AsyncFilteringTransport, FilteringTransport
+from .sse import AsyncFilteringTransport, FilteringTransport, stream_ended
 
 __all__ = ["AsyncEmbeddedTransport", "EmbeddedTransport", "async_http_client", "http_client"]
 
@@ -194,6 +195,21 @@ def _library_error(e: AttemptTimeout | BodyTooLarge) -> BaseException:
     return cause if cause is not None else e
 
 
+def _cut_after_end(reply: Any, e: BaseException) -> bool:
+    """Was `e` a cut (the connection, or the idle bound) after the stream had said its
+    answer's end (`sse.stream_ended`)? Then the answer is whole, as the wrapper takes it:
+    the stream ends there for the SDK (a usage chunk or ``[DONE]`` was all it lost)."""
+    cuts: tuple[type[BaseException], ...] = (
+        AttemptTimeout,
+        *transport.transport_errors(),
+        *transport.timeout_errors(),
+    )
+    if not (isinstance(e, cuts) and stream_ended(reply)):
+        return False
+    logger.info("fallgate: a stream cut after its end (%s); its answer is whole", type(e).__name__)
+    return True
+
+
 def _stream_headers(reply: Any, target: str) -> list[tuple[str, str]]:
     headers = [(k, v) for k, v in reply.headers.items() if k.lower() != "content-length"]
     return [*headers, ("x-fallgate-target", target)]
@@ -226,8 +242,12 @@ class _Replayed(transport.http.SyncByteStream):  # type: ignore[misc]
                     chunk = next(rest)
             except StopIteration:
                 return
-            except (AttemptTimeout, BodyTooLarge) as e:
-                raise _library_error(e) from None
+            except Exception as e:
+                if _cut_after_end(self._reply, e):
+                    return
+                if isinstance(e, AttemptTimeout | BodyTooLarge):
+                    raise _library_error(e) from None
+                raise
             fresh = b"data" in chunk  # a keep-alive comment does not restart it
             yield chunk
 
@@ -364,8 +384,12 @@ class _AsyncReplayed(transport.http.AsyncByteStream):  # type: ignore[misc]
                     chunk = await rest.__anext__()
             except StopAsyncIteration:
                 return
-            except (AttemptTimeout, BodyTooLarge) as e:
-                raise _library_error(e) from None
+            except Exception as e:
+                if _cut_after_end(self._reply, e):
+                    return
+                if isinstance(e, AttemptTimeout | BodyTooLarge):
+                    raise _library_error(e) from None
+                raise
             fresh = b"data" in chunk
             yield chunk
 

@@ -12,6 +12,10 @@ any other malformed reply; after, the stream is interrupted (and continued).
 
 Comments (keep-alives), ``[DONE]`` and events without data pass as they are; only a
 ``data`` payload that is not JSON is judged. A stream sent compressed is not read here.
+The filter also notes when the answer has ended (`stream_ended`: every choice gave its
+finish_reason, or the Responses stream its ``response.completed``): a cut after that
+loses at most a usage chunk or ``[DONE]``, and the embedded HTTP client ends the stream
+there instead of raising to the caller, as the wrapper takes such a stream as whole.
 The same transport scrubs the key a request was sent with out of what comes back
 (`scrub`): an error reply's body, a stream's error events.
 """
@@ -23,6 +27,7 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
 
+from ..deliveries import ENDINGS
 from ..exceptions import MalformedReply
 from . import transport
 from .scrub import (
@@ -41,6 +46,7 @@ __all__ = [
     "SseFilter",
     "boundary",
     "dropped_events",
+    "stream_ended",
 ]
 
 logger = logging.getLogger("fallgate")
@@ -78,12 +84,15 @@ class SseFilter:
     data is not JSON (`dropped` counts them), each scrubbed of `secrets` (the request's
     key: `scrub`) where it reports an error or holds the key."""
 
-    __slots__ = ("_keys", "_pending", "_row", "dropped", "secrets", "where")
+    __slots__ = ("_keys", "_open", "_pending", "_row", "dropped", "ended", "secrets", "where")
 
     def __init__(self, where: str = "", secrets: tuple[str, ...] = ()) -> None:
         self._pending = b""
         self._row = 0
         self.dropped = 0
+        #: The answer has ended (see `_note`); a cut from here on loses nothing of it.
+        self.ended = False
+        self._open: set[int] = set()  # chat: the choices not finished yet
         self.where = where  # for the warning: the request's host and path
         self.secrets = secrets
         self._keys = tuple(s.encode() for s in secrets)
@@ -109,9 +118,38 @@ class SseFilter:
         event = self._event(data)
         if event is _DROPPED:
             return None
+        self._note(event)
         if is_error_event(event):
             return scrubbed_event(block, event, self.secrets)
         return only_keys(block, self._keys)
+
+    def _note(self, event: Any) -> None:
+        """Has the answer ended with `event`? Chat: once every choice it spoke of gave a
+        finish_reason (not ``error``: OpenRouter's failure); Responses: at
+        ``response.completed`` or ``response.incomplete`` (`deliveries.ENDINGS`, the
+        wrapper's own reading)."""
+        if not isinstance(event, dict):
+            return
+        kind = event.get("type")
+        if isinstance(kind, str):
+            if kind in ENDINGS:
+                self.ended = True
+            return
+        choices = event.get("choices")
+        if not isinstance(choices, list):
+            return
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            index = choice.get("index", 0)
+            index = index if isinstance(index, int) else 0  # as the SDK reads a bad one
+            finish = choice.get("finish_reason")
+            if finish and finish != "error":
+                self._open.discard(index)
+                self.ended = not self._open
+            else:
+                self._open.add(index)
+                self.ended = False
 
     def end(self) -> bytes:
         """The stream ended: an unfinished last event goes on as it is (the SDK's own
@@ -219,6 +257,13 @@ class AsyncFilteringTransport(transport.http.AsyncHTTPTransport):  # type: ignor
             f = response.extensions[_KEY] = SseFilter(_where(request), request_secrets(request))
             response.stream = _AsyncFiltered(response.stream, f)
         return response
+
+
+def stream_ended(response: Any) -> bool:
+    """Had `response`'s stream (a filtered one) said its answer's end (`SseFilter._note`)?"""
+    extensions = getattr(response, "extensions", None)
+    f = extensions.get(_KEY) if isinstance(extensions, dict) else None
+    return isinstance(f, SseFilter) and f.ended
 
 
 def dropped_events(response: Any) -> int:
