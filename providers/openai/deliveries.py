@@ -67,6 +67,7 @@ class Delivery:
         "pieces",
         "seam",
         "seams",
+        "several",
         "since",
         "spoke",
         "text_closed",
@@ -76,7 +77,10 @@ class Delivery:
     #: What a stream with no output is called in errors.
     nothing = "the stream ended before any content"
 
-    def __init__(self) -> None:
+    def __init__(self, several: bool = False) -> None:
+        #: the request asked for several choices (``n`` > 1): one text prefix cannot
+        #: carry them, so the stream is never continued, whichever choices spoke yet
+        self.several = several
         self.held: list[Any] = []
         self.pieces: list[str] = []
         self.count = 0
@@ -230,9 +234,14 @@ class Delivery:
         carry (the continuation would send it again), or had reached its end."""
         if self.ended:
             raise NotContinuable("the stream reached its end before it broke: nothing follows")
+        if self.several:
+            raise NotContinuable(
+                "the request asked for several choices (n > 1): a text prefix cannot continue them"
+            )
         if self.other:
             raise NotContinuable(
-                "the stream delivered tool calls or a refusal: a text prefix cannot continue it"
+                "the stream delivered more than text (tool calls, a refusal, content parts): a "
+                "text prefix cannot continue it"
             )
 
     def end(self) -> list[Any]:
@@ -300,8 +309,8 @@ class ChatDelivery(Delivery):
 
     __slots__ = ("_open",)
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, several: bool = False) -> None:
+        super().__init__(several)
         self._open: set[int] = set()  # the choices of this attempt not finished yet
 
     def begin(self, prefix: str | None = None) -> None:
@@ -356,6 +365,8 @@ class ChatDelivery(Delivery):
             content = getattr(delta, "content", None) if delta is not None else None
             if isinstance(content, str):
                 parts.append(content)
+            elif isinstance(content, list):  # content parts: their text is what was said
+                parts += (_part_text(part) for part in content)
         return "".join(parts)
 
     def keeps(self, event: Any) -> bool:
@@ -370,6 +381,8 @@ class ChatDelivery(Delivery):
                 getattr(delta, name, None) for name in ("refusal", "tool_calls", "function_call")
             ):
                 return True
+            if delta is not None and isinstance(getattr(delta, "content", None), list):
+                return True  # content parts (a thinking part, say): no text prefix holds them
         return False
 
     def with_text(self, event: Any, text: str) -> Any:
@@ -467,6 +480,8 @@ class ResponsesDelivery(Delivery):
         return event
 
     def note(self, event: Any) -> None:
+        if event.type in _TEXT_CLOSERS:
+            self.text_closed = True  # the text was closed: nothing may follow it
         first = self.first
         seq = getattr(event, "sequence_number", None)
         if isinstance(seq, int):
@@ -481,23 +496,43 @@ class ResponsesDelivery(Delivery):
             first.setdefault("item", (item.id, event.output_index))
         elif event.type == "response.output_item.done" and item is not None:
             first.setdefault("done", {})[event.output_index] = item  # reasoning before the text
+        if isinstance(getattr(event, "output_index", None), int):
+            first["last"] = max(first.get("last", -1), event.output_index)
 
     def fit(self, event: Any, whole: str) -> Any | None:
         """A continuation's events under the continued stream's response, message item
-        and sequence: its openers dropped (noting its own message item), its other items
+        and sequence: its openers dropped (noting its own message item), its reasoning
         dropped (a text prefix continues the message only), the message's closing events
-        with the whole text delivered."""
+        with the whole text delivered. An item the answer goes on with after the message
+        (a function call) is handed as the stream's next item; one instead of the message
+        is no continuation of the text (`MalformedReply`: the next target continues)."""
         kind = event.type
         first = self.first
         item: Any = getattr(event, "item", None)
-        if kind in _OPENERS:
-            if kind == "response.output_item.added" and getattr(item, "type", None) == "message":
+        extra: dict[int, int] = first.setdefault("extra", {})
+        if kind == "response.output_item.added":
+            what = getattr(item, "type", None)
+            if what == "message":
                 first["own"] = (item.id, event.output_index)
+                return None
+            if what == "reasoning" or "reasoning" in str(what):
+                return None
+            if first.get("own") is None:
+                raise MalformedReply(
+                    f"the continuation answered with a {what} item, not the rest of the text"
+                )
+            first["last"] = extra[event.output_index] = first.get("last", -1) + 1
+            first.setdefault("extra_ids", {})[getattr(item, "id", None)] = extra[
+                event.output_index
+            ]
+        elif kind in _OPENERS:
             return None
         own, orig = first.get("own"), first.get("item")
         update: dict[str, Any] = {}
         index = getattr(event, "output_index", None)
-        if index is not None:
+        if index is not None and index in extra:
+            update["output_index"] = extra[index]
+        elif index is not None:
             if own is None or index != own[1]:
                 return None  # another item of the continuation (its reasoning, say)
             if orig is not None:
@@ -524,13 +559,20 @@ class ResponsesDelivery(Delivery):
                 for out in kept:
                     _whole_message(out, orig, whole)
                 items = {k: v for k, v in first.get("done", {}).items() if v.type != "message"}
+                ids = first.get("extra_ids", {})
+                after = [(ids[o.id], o) for o in output if getattr(o, "id", None) in ids]
                 if orig is not None and kept:
                     items[orig[1]] = kept[0]
+                    items.update(after)
                     response.output = [items[k] for k in sorted(items)]
                 else:
-                    response.output = [*(items[k] for k in sorted(items)), *kept]
+                    ahead = [items[k] for k in sorted(items)]
+                    response.output = [*ahead, *kept, *(o for _, o in sorted(after))]
         return copy
 
+
+#: Events that close a Responses stream's text: nothing may follow them.
+_TEXT_CLOSERS = frozenset({"response.output_text.done", "response.content_part.done"})
 
 #: A continuation's events that open what the continued stream opened already.
 _OPENERS = frozenset(
@@ -556,6 +598,17 @@ def _whole_message(item: Any, orig: tuple[str, int] | None, text: str) -> None:
             break
 
 
-def delivery_for(kind: str | None) -> Delivery:
-    """The delivery for an `Op`'s stream kind."""
-    return ResponsesDelivery() if kind == "responses" else ChatDelivery()
+def _part_text(part: Any) -> str:
+    """The text of one content part of a chat delta (``{"type": "text", "text": ...}``;
+    a thinking part says no text)."""
+    if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+        return str(part["text"])
+    return ""
+
+
+def delivery_for(kind: str | None, kwargs: Any = None) -> Delivery:
+    """The delivery for an `Op`'s stream kind; `kwargs`, the caller's request (``n``)."""
+    if kind == "responses":
+        return ResponsesDelivery()
+    n = kwargs.get("n") if hasattr(kwargs, "get") else None
+    return ChatDelivery(several=isinstance(n, int) and n > 1)

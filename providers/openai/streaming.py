@@ -70,7 +70,7 @@ class _StreamBase(Generic[E]):
     def __init__(self, gate: Fallgate | AsyncFallgate, call: Call) -> None:
         self._gate = gate
         self._call = call
-        self._delivery = delivery_for(call.op.streams)
+        self._delivery = delivery_for(call.op.streams, call.kwargs)
         self._ledger = Ledger()
         ledger = self._ledger
         self._step = DriverStep(
