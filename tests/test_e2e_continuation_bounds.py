@@ -265,3 +265,50 @@ def test_a_responses_stream_cut_after_its_text_part_closed_is_not_continued(
     assert kinds.count("response.output_text.done") == 1
     assert e.value.partial == "Done."
     assert fault_server.count("a") == 1
+
+
+def _lp_chunk(content: str | None, tokens: list[str], finish: str | None = None) -> dict[str, Any]:
+    lp = [
+        {"token": t, "logprob": -0.1, "bytes": list(t.encode()), "top_logprobs": []} for t in tokens
+    ]
+    out = chunk({} if content is None else {"content": content})
+    out["choices"][0].update(
+        finish_reason=finish, logprobs={"content": lp, "refusal": None} if tokens else None
+    )
+    return out
+
+
+def test_the_repeat_trimmed_at_a_seam_takes_its_tokens_logprobs_with_it(
+    fault_server: FaultServer,
+) -> None:
+    """The continuation starts by repeating "brown fox " (10 characters, trimmed at the
+    seam): the logprobs the caller gets spell exactly the text it got, never tokens it
+    was not handed."""
+    broken = [
+        _lp_chunk("The ", ["The", " "]),
+        _lp_chunk("quick ", ["quick", " "]),
+        _lp_chunk("brown fox ", ["brown", " fox", " "]),
+    ]
+    cont = [
+        _lp_chunk("brown fox jumps.", ["brown", " fox", " ", "jumps", "."]),
+        _lp_chunk(None, [], "stop"),
+    ]
+    fault_server.script(
+        {
+            "models": {
+                "a": [
+                    {"kind": "sse", "events": broken, "done": False},
+                    {"kind": "sse", "events": cont},
+                ]
+            }
+        }
+    )
+    text, tokens = "", []
+    with Fallgate(chain({"model": "a", **CAN}, server=fault_server)) as gate:
+        stream = gate.chat.completions.create(messages=MSG, logprobs=True, stream=True)
+        for c in stream:
+            for ch in c.choices:
+                text += ch.delta.content or ""
+                tokens += [t.token for t in (ch.logprobs.content or [])] if ch.logprobs else []
+    assert stream.seams == ((20, 10),)
+    assert text == "The quick brown fox jumps." == "".join(tokens)

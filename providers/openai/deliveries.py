@@ -386,10 +386,14 @@ class ChatDelivery(Delivery):
         return False
 
     def with_text(self, event: Any, text: str) -> Any:
+        """The chunk with its content cut to `text` (its end: a seam trims the front), and
+        the logprobs of the tokens cut away dropped with them."""
         copy = event.model_copy(deep=True)
         for choice in copy.choices:
             if choice.delta is not None and isinstance(choice.delta.content, str):
+                cut = len(choice.delta.content) - len(text)
                 choice.delta.content, text = text, ""
+                _drop_logprobs(choice, cut)
         return copy
 
     def note(self, event: Any) -> None:
@@ -596,6 +600,20 @@ def _whole_message(item: Any, orig: tuple[str, int] | None, text: str) -> None:
         if getattr(part, "type", None) == "output_text":
             part.text = text
             break
+
+
+def _drop_logprobs(choice: Any, cut: int) -> None:
+    """Drop the first tokens of `choice`'s logprobs that spell its content's first `cut`
+    characters (a token that straddles the cut goes too: it was not delivered whole)."""
+    logprobs = getattr(choice, "logprobs", None)
+    tokens = getattr(logprobs, "content", None)
+    if cut <= 0 or not isinstance(tokens, list):
+        return
+    at = 0
+    while at < len(tokens) and cut > 0:
+        cut -= len(getattr(tokens[at], "token", "") or "")
+        at += 1
+    logprobs.content = tokens[at:]
 
 
 def _part_text(part: Any) -> str:
