@@ -131,3 +131,32 @@ def test_fallgate_check_is_quiet_about_a_deadline_that_holds_the_reserve(capsys,
     f.write_text(_POLICY.format(extra="deadline = 40\nattempt_timeout = 10\n"))
     assert check_main(str(f), True) == 0
     assert json.loads(capsys.readouterr().out)["warnings"] == []
+
+
+def _silent_group_policy():
+    members = [{"base_url": f"https://r{i}.example/v1", "api_key": f"sk-r{i}-0000000000"}
+               for i in range(2)]  # fmt: skip
+    group = {"provider": "p0", "model": "m0", "members": members}
+    return chain(group, "m1", attempt_timeout=1, deadline=2.5)
+
+
+def test_a_group_whose_members_are_silent_is_checked_with_the_next_entrys_reserve():
+    """Two silent members of the primary entry and one fallback, 1 s attempts, 2.5 s: a
+    move to the second member would leave the fallback less than its reserve. The machine
+    moves to the next entry instead, and every property holds."""
+    report = check_policy(_silent_group_policy())
+    assert report.ok, report.text()
+
+
+def test_an_engine_that_moves_on_within_a_silent_group_regardless_is_caught(monkeypatch):
+    """The same policy with the rule taken out of the engine (the checker's own reading
+    keeps it): the checker reports the move to the second member as a fallback to the
+    wrong target, with the silent path that shows it."""
+    import fallgate.fsm.core.state as state
+
+    monkeypatch.setattr(state, "member_spends_reserve", lambda s, j: None)
+    report = check_policy(_silent_group_policy())
+    assert not report.ok
+    v = report.violations["fallback_gate"]
+    assert "the first eligible fallback was fallback_1" in v.why, v.why
+    assert SILENT in v.steps

@@ -82,6 +82,28 @@ def test_a_silent_primary_leaves_time_for_the_fallback(fault_server, use_async, 
     assert took < 2.5 + SLACK, f"the 2.5 s deadline held the turn {took:.2f} s"
 
 
+@pytest.mark.parametrize(
+    ("use_async", "stream"), [(False, False), (True, True)], ids=["sync", "async-stream"]
+)
+def test_a_silent_primary_group_leaves_the_next_entry_its_attempt(fault_server, use_async, stream):
+    """The primary entry is a group of two deployments, both silent: its first member
+    takes its whole bound (1 s); a move to the second would take another and leave the
+    fallback 0.5 s of the 2.5 s deadline, so the turn moves to the next entry instead.
+    A second region must not turn the single deployment's answer into a failure."""
+    fault_server.script({"models": {"p": [SILENT] * 5, "fast": [FAST] * 5}})
+    with FaultServer() as other:
+        other.script({"models": {"p": [SILENT] * 5}})
+        members = [{"base_url": f"{srv.base_url}", "api_key": f"sk-{i}-0000000000"}
+                   for i, srv in enumerate((fault_server, other))]  # fmt: skip
+        group = {"provider": "fault", "model": "p", "members": members}
+        policy = chain(group, "fast", server=fault_server, attempt_timeout=1, deadline=2.5)
+        text, took = _turn(policy, use_async=use_async, stream=stream)
+        asked = (fault_server.count("p"), other.count("p"), fault_server.count("fast"))
+    assert text == "fallback answer"
+    assert asked == (1, 0, 1), "the second member would have spent the fallback's reserve"
+    assert took < 2.5 + SLACK, took
+
+
 #: The default knobs scaled down 40 times (attempt 60 s -> 1.5 s, deadline 120 s -> 3 s).
 SCALED_DEFAULTS = {
     "attempt_timeout": 1.5,

@@ -320,7 +320,26 @@ def eligible(
                 unknown.append(j)
         elif j > cur and (floor is None or (length is not None and length > floor)):
             ahead.append(j)
+    if timed and cur >= 0 and targets[cur].group is not None:
+        ahead = _members_in_time(ctx, o, now, cur, ahead)
     return ahead + unknown
+
+
+def _members_in_time(ctx: Context, o: Obs, now: float, cur: int, ahead: list[int]) -> list[int]:
+    """`ahead` without the later members of `cur`'s group whose attempt (its whole bound)
+    would leave the first eligible target after the group less than its reserve: moving
+    on within one entry spends the next entry's time, as a stay does."""
+    p = ctx.policy
+    targets = p.targets
+    entry = targets[cur].entry
+    after = [k for k in ahead if targets[k].entry != entry]
+    if p.reserve is False or not after:
+        return ahead
+    left = p.deadline - (now - o.started)
+    need = p.reserve_for(targets[after[0]])
+    return [
+        k for k in ahead if targets[k].entry != entry or left - p.attempt_bound(targets[k]) >= need
+    ]
 
 
 def went_back_allowed(ctx: Context, o: Obs, cur: int, j: int) -> bool:

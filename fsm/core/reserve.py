@@ -48,6 +48,40 @@ def keeps_reserve(
     return j < 0 or spare >= p.reserve_for(p.targets[j])
 
 
+def member_spends_reserve(s: TurnState, j: int) -> str | None:
+    """Why the turn may not move on to member `j` of the group it is in (None: it may).
+
+    A move between members is a fallback, but it is within one chain entry: when every
+    member is silent, each takes its whole bound, and the next entry is left what they
+    did not use. So a move to a later member of the same group is taken only while its
+    attempt's worst case leaves the first eligible target after the group its reserve,
+    as a stay on one target is (`keeps_reserve`); with none eligible after the group,
+    there is nothing to keep time for."""
+    p = s.policy
+    cur = s.visit.index
+    if p.reserve is False or cur < 0:
+        return None
+    t, here = p.targets[j], p.targets[cur]
+    if t.group is None or t.entry != here.entry:
+        return None
+    bound = p.attempt_bound(t)
+    spare = p.deadline - (s.at - s.started) - bound
+    if spare >= p.most_reserve():
+        return None
+    for k in range(j + 1, len(p.targets)):
+        after = p.targets[k]
+        if after.entry == t.entry or s.ineligible(k, s.at) is not None:
+            continue
+        need = p.reserve_for(after)
+        if spare >= need:
+            return None
+        return (
+            f"skipped: an attempt on it (up to {bound:g} s) would leave {after.name} less "
+            f"than its reserve ({need:g} s)"
+        )
+    return None
+
+
 def reserved(base: Guard, wait: Callable[[TurnState], float] | None = None) -> Guard:
     """`base`, taken only while staying (a wait of at most `wait(s)`, none if None, then
     an attempt) keeps the time reserve of the next eligible target (below)."""

@@ -27,6 +27,7 @@ from .actions import Action, Attempt, Rebuild, Wait, new_attempt, new_rebuild, n
 from .events import trace_event
 from .machine import ABORTED, IDLE, Declaration, declare
 from .pacing import headroom_words, paced_until
+from .reserve import member_spends_reserve
 from .visit import NOWHERE, Visit
 
 if TYPE_CHECKING:
@@ -370,7 +371,7 @@ class TurnState:
             if floor is not None and (targets[j].context_length is None or j in tried):
                 continue  # unknown ones after the known-larger ones; tried ones ahead:
                 # only after a move back, and never again
-            why = self.ineligible(j, now)
+            why = self.ineligible(j, now) or member_spends_reserve(self, j)
             if why is None:
                 found = j
                 break
