@@ -41,6 +41,12 @@ class _Words(dict[str, str]):
             return self.policy.targets[self.arg].name if self.arg >= 0 else "?"
         if name == "attempt_bound":
             return f"{_num(max(self.policy.attempt_bound(t) for t in self.policy.targets))}s"
+        if name == "group_reserve":  # only an edge into a group's member says it
+            t = self.policy.targets[self.arg] if self.arg >= 0 else None
+            if t is None or t.group is None:
+                return ""
+            bound, reserve = self.__missing__("attempt_bound"), self.__missing__("reserve")
+            return f"; from a member of its group: then ≤{bound} more leaves {reserve}"
         if name == "reserve":
             r = self.policy.reserve
             if r is False:
@@ -84,7 +90,10 @@ class Guard:
     @property
     def reads(self) -> frozenset[str]:
         """The policy fields the label names (the predicate may read no others)."""
-        return placeholders(self.text) - {"target"}
+        names = placeholders(self.text) - {"target"}
+        if "group_reserve" in names:  # the reserve a move between members keeps
+            names = (names - {"group_reserve"}) | {"reserve", "attempt_bound"}
+        return names
 
 
 @attrs.frozen(slots=True)

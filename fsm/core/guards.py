@@ -284,7 +284,11 @@ AWAIT_VERDICT_AFTER: Final = reserved(
     _verdict_longest,
 )
 IN_TIME: Final = Guard("in_time", _in_time, "elapsed < {deadline}")
-NEXT_IS: Final = Guard("next_is", _next_is, "next eligible = {target}, elapsed < {deadline}")
+#: A later member of the current group is eligible only while its attempt keeps the next
+#: entry's reserve (`fsm.core.reserve.member_spends_reserve`).
+NEXT_IS: Final = Guard(
+    "next_is", _next_is, "next eligible = {target}, elapsed < {deadline}{group_reserve}"
+)
 FIRST_IS: Final = Guard("first_is", _first_is, "first not cooling = {target}")
 NEXT_CONTINUES_IS: Final = Guard(
     "next_continues_is",

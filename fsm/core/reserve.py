@@ -59,10 +59,10 @@ def member_spends_reserve(s: TurnState, j: int) -> str | None:
     there is nothing to keep time for."""
     p = s.policy
     cur = s.visit.index
-    if p.reserve is False or cur < 0:
+    if cur < 0:
         return None
     t, here = p.targets[j], p.targets[cur]
-    if t.group is None or t.entry != here.entry:
+    if t.group is None or t.entry != here.entry or p.reserve is False:
         return None
     bound = p.attempt_bound(t)
     spare = p.deadline - (s.at - s.started) - bound
