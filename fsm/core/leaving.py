@@ -28,7 +28,13 @@ def leave(s: TurnState) -> None:
         return
     o = s.outcome
     t = v.target
-    s.reasons[t.name] = (v.attempts, o) if s.denial is None or o is not None else s.denial
+    stuck = s.uncontinuable() if s.interruption is not None else None
+    if stuck is not None:  # a continuation refused before it was sent: not an attempt
+        made = v.attempts - 1
+        s.reasons[t.name] = (made, s.interruption) if made > 0 else f"not tried: {stuck}"
+        o = None  # nothing was learnt of the target
+    else:
+        s.reasons[t.name] = (v.attempts, o) if s.denial is None or o is not None else s.denial
     if (
         o is not None
         and TRAITS[o.kind].level is Level.TARGET
@@ -63,6 +69,15 @@ def _all_cooling(s: TurnState) -> str:
         limit = f"past what the {p.deadline:g} s deadline leaves"
     else:
         limit = "beyond the Retry-After cap"
+    lease = s.probing(j, s.at)
+    if lease is not None:  # not cooling: its open span is over and a probe is in flight
+        name = p.targets[j].name
+        rest = len(p.targets) - s.first > 1
+        return (
+            f"{'every other target is cooling and ' if rest else ''}another turn is probing "
+            f"{name}'s half-open breaker: {name} is free when that probe ends, at most "
+            f"{round(lease - s.at, 1):g} s away, {limit}"
+        )
     return (
         f"every target is cooling {limit} (the first is free in "
         f"{max(free, 0.0):.0f} s); the cooldowns are the health store's: clear them with "
@@ -91,6 +106,10 @@ def _unfinished(s: TurnState, broke: Outcome) -> str:
     """A broken stream no target continued: the break is the turn's error (its outcome
     and summary); what the last continuation met is that target's reason only."""
     here = s.target.name
+    stuck = s.uncontinuable()
+    if stuck is not None:  # the stream's own: refused before it was sent, on any target
+        s.outcome = broke
+        return f"the stream broke ({s.describe(broke)}) and cannot be continued: {stuck}"
     if s.outcome is broke:
         summary = f"{here} ended with {s.describe(broke)}"
     else:

@@ -315,6 +315,8 @@ class TurnState:
         has passed."""
         if not self.before_deadline():
             return f"not tried: the {self.policy.deadline:g}s deadline had passed"
+        if self.interruption is not None and (stuck := self.uncontinuable()) is not None:
+            return f"not tried: {stuck}"  # the stream's own: no target can continue it
         t = self.policy.targets[j]
         for k in self.tried:
             if k != j and self.policy.targets[k].same_as(t):
@@ -324,23 +326,52 @@ class TurnState:
             return f"skipped: context_length {t.context_length} <= {floor}"
         ready = self.health.ready_at(t.key, t.pool(), self.owner, self.cost, now)  # target_ready_at
         if ready > now:
-            if self.health.lease_until(t.key, self.owner) == ready:
-                return f"skipped: half-open, another turn is probing it ({ready - now:.1f}s left)"
             return f"skipped: {self.cooling(j, now)}"
         return None
 
+    def uncontinuable(self) -> str | None:
+        """Why the broken stream can be continued on no target, when the continuation
+        just fed was refused before it was sent for a reason of the stream's own (it
+        delivered tool calls or a refusal, asked for several choices, or had reached its
+        end: the host's error says ``uncontinuable``); None otherwise. Such a refusal is
+        no attempt of that target's: nothing was sent (`fsm.core.leaving`)."""
+        o = self.outcome
+        if o is None or self.interruption is None or o.error is None:
+            return None
+        if getattr(o.error, "uncontinuable", False) is not True:
+            return None
+        return str(o.error) or "the stream cannot be continued"
+
+    def probing(self, j: int, now: float) -> float | None:
+        """When another turn's probe lease on target j's half-open breaker ends, if that
+        lease (not a cooldown) is what keeps j from being called at `now` (else None)."""
+        t = self.policy.targets[j]
+        h = self.health
+        lease = h.lease_until(t.key, self.owner)
+        if lease <= now:
+            return None
+        soonest = min(h.credential_until(t.key, c.health_id) for c in t.pool())
+        return lease if lease >= max(h.target_until(t.key), soonest) else None
+
     def cooling(self, j: int, now: float) -> str:
-        """Why target j is cooling, for how long and since what outcome:
-        ``cooling for 170.0s after quota (HTTP 402) on env:KEY``."""
+        """Why target j cannot be called now, for how long and since what outcome:
+        ``cooling for 170.0s after quota (HTTP 402) on env:KEY``; a half-open target
+        another turn is probing says so (it is not cooling: the probe ends its wait)."""
         if self.cost is not None and (paced := headroom_words(self, j, now)):
             return paced
+        lease = self.probing(j, now)
+        if lease is not None:
+            return (
+                "half-open, another turn is probing it (free when its probe ends, "
+                f"at most {lease - now:.1f}s away)"
+            )
         t = self.policy.targets[j]
         h = self.health
         bench = h.target_until(t.key)
         soonest, cred, hid = min(
             (h.credential_until(t.key, c.health_id), c.id, c.health_id) for c in t.pool()
         )
-        text = f"cooling for {max(bench, soonest) - now:.1f}s"
+        text = f"cooling for {max(bench, soonest, now) - now:.1f}s"
         if bench >= soonest:
             cause = h.cause(t.key)
             return f"{text} after {cause}" if cause else text

@@ -131,6 +131,146 @@ def check_response(reply: Any) -> None:
         raise MalformedReply("a completed response without any output")
 
 
+# -- streams: one rule for every reader -----------------------------------------------------
+#
+# A stream is judged as the reply it adds up to would be without a stream, and by one rule
+# whoever reads it: the wrapper's deliveries (`deliveries.ChatDelivery` /
+# `ResponsesDelivery`, on the SDK's objects), the embedded client's peek (`http.peek`,
+# where its streams commit) and SSE filter (`http.sse`, which notes the answer's end),
+# both on the events' JSON.
+
+#: Where chat providers stream a reasoning model's thinking (DeepSeek, vLLM, OpenRouter):
+#: no output, but a sign the stream is working.
+REASONING = ("reasoning_content", "reasoning")
+#: Finish reasons that end a real chat stream even with nothing said: the caller's token
+#: limit (an empty reply, as without a stream), the content filter (which a stream that
+#: said nothing before it is refused as: `content_filter_error`, as without a stream).
+STREAM_EMPTY_BUT_REAL = frozenset({"length", "content_filter"})
+#: Responses stream events that carry output: the first one commits the stream.
+OUTPUT_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.refusal.delta",
+        "response.function_call_arguments.delta",
+    }
+)
+#: The events that end a whole Responses stream.
+ENDINGS = frozenset({"response.completed", "response.incomplete"})
+
+
+def _field(obj: Any, name: str) -> Any:
+    """A field of an SDK object or of its JSON (a dict)."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+class StreamRule:
+    """What one stream event says, for every reader of a stream (see above).
+
+    Chat: `choices` is the reader's record of this attempt's choices, updated by each
+    chunk: ``i`` a choice that spoke and has not finished, ``~i`` (negative) one that
+    finished. A finished choice stays finished: a later chunk of it that says nothing
+    (Azure's content-filter annotation after ``stop``) does not reopen it; the answer
+    has ended (`ended`) once a choice finished and none is open. `judge`: raise what
+    ends the reply as a fault (the filter only notes the end: it never judges).
+    """
+
+    __slots__ = ()
+
+    @staticmethod
+    def ended(choices: set[int]) -> bool:
+        """Has every chat choice that spoke given its finish_reason (one at least)?"""
+        return bool(choices) and all(i < 0 for i in choices)
+
+    @staticmethod
+    def reasoning(event: Any) -> bool:
+        """Does a chat chunk, or a Responses event, carry reasoning (no output)?"""
+        kind = _field(event, "type")
+        if isinstance(kind, str):
+            return "reasoning" in kind and kind.endswith(".delta") and bool(_field(event, "delta"))
+        for choice in _field(event, "choices") or ():
+            delta = _field(choice, "delta") if _is_choice(choice) else None
+            if delta is not None and any(_field(delta, n) for n in REASONING):
+                return True
+        return False
+
+    @staticmethod
+    def chat(event: Any, choices: set[int], said: bool, judge: bool = True) -> bool:
+        """Note chat chunk `event` in `choices`; does it carry output (content, a refusal,
+        a tool call, audio; a ``length`` / ``content_filter`` finish)? `said`: the stream
+        had output before it. With `judge`, raises `FailedReply` / `MalformedReply` on
+        ``finish_reason: "error"``, and the content filter's error when the stream stops
+        on it having said nothing (`check_completion`'s verdicts on that reply)."""
+        error = _field(event, "error")
+        if judge and error:
+            raise FailedReply(error)
+        output = False
+        for choice in _field(event, "choices") or ():
+            if not _is_choice(choice):
+                continue
+            index = _field(choice, "index")
+            index = index if isinstance(index, int) and index >= 0 else 0  # as the SDK reads it
+            finish = _field(choice, "finish_reason")
+            delta = _field(choice, "delta")
+            carries = delta is not None and any(_field(delta, n) for n in _CARRIERS)
+            if finish == "error":
+                # OpenRouter ends a stream it cannot finish with finish_reason "error" (and
+                # the choice's error object): never a success, interrupted once committed.
+                if judge:
+                    err = _field(choice, "error")
+                    if isinstance(err, dict) and err:
+                        raise FailedReply(err)
+                    raise MalformedReply("the stream ended with finish_reason 'error'")
+                choices.discard(~index)
+                choices.add(index)  # an error never ends the answer
+                continue
+            output = output or carries
+            if finish:
+                if judge and finish == "content_filter" and not (said or output):
+                    raise content_filter_error(None)
+                choices.discard(index)
+                choices.add(~index)
+                output = output or finish in STREAM_EMPTY_BUT_REAL
+            elif carries or (delta is not None and any(_field(delta, n) for n in REASONING)):
+                choices.discard(~index)  # it speaks again: it had not ended after all
+                choices.add(index)
+            elif ~index not in choices:
+                choices.add(index)  # an opener (``role``): the choice is under way
+        return output
+
+    @staticmethod
+    def responses(event: Any, kind: str, said: bool, judge: bool = True) -> tuple[bool, bool]:
+        """Responses event `event` of type `kind`: (does it carry output, does it end the
+        stream?). `said`: the stream had output before it. With `judge`, raises
+        `FailedReply` on an error event or ``response.failed``, and `MalformedReply` on a
+        ``response.completed`` without output that nothing came before
+        (`check_response`'s verdict on that response)."""
+        if judge and kind == "response.failed":
+            error = _field(_field(event, "response"), "error")
+            raise FailedReply(error or (event if isinstance(event, dict) else None))
+        if judge and kind == "error":  # the SDK raises on these; a bare one is still an error
+            error = _field(event, "error")
+            if not error:
+                error = {"code": _field(event, "code"), "message": _field(event, "message")}
+            raise FailedReply(error)
+        if kind in ENDINGS:
+            if judge and not said and kind == "response.completed":
+                if not _field(_field(event, "response"), "output"):
+                    raise MalformedReply("the stream completed without any output")
+            return True, True
+        # an empty delta says nothing (as an empty chat chunk): it does not commit
+        return kind in OUTPUT_DELTAS and bool(_field(event, "delta")), False
+
+
+def _is_choice(choice: Any) -> bool:
+    return isinstance(choice, dict) or hasattr(choice, "finish_reason")
+
+
+#: The one `StreamRule`.
+STREAMS = StreamRule()
+
+
 #: The statuses of a Responses API response that ended: in full, or at the caller's
 #: limit (``max_output_tokens``: ``incomplete``, as a chat reply's ``length``).
 _ENDED = frozenset({"completed", "incomplete"})
@@ -138,12 +278,33 @@ _ENDED = frozenset({"completed", "incomplete"})
 _RUNNING = frozenset({"queued", "in_progress"})
 
 
-def check_embeddings(reply: Any) -> None:
-    """A list of embeddings, not empty."""
+def check_embeddings(reply: Any, inputs: int | None = None) -> None:
+    """A list of embeddings, not empty; one per input when the request's count of
+    `inputs` is known (`embedding_inputs`): a reply with fewer or more vectors than
+    inputs cannot be the answer to the request (a truncated batch would misalign them)."""
     if not isinstance(reply, CreateEmbeddingResponse):
         raise _malformed("a list of embeddings", reply)
     if not isinstance(reply.data, list) or not reply.data:
         raise MalformedReply("an embeddings reply without data")
+    if inputs is not None and len(reply.data) != inputs:
+        raise MalformedReply(
+            f"an embeddings reply with {len(reply.data)} vector(s) for {inputs} inputs"
+        )
+
+
+def embedding_inputs(request: Mapping[str, Any] | None) -> int | None:
+    """How many vectors an embeddings request's ``input`` asks for: a string or one list
+    of token ids is one; a list of strings or of token-id lists, one each (None: unknown)."""
+    given_input = request.get("input") if request is not None else None
+    if isinstance(given_input, str):
+        return 1
+    if not isinstance(given_input, list | tuple) or not given_input:
+        return None
+    if all(isinstance(x, int) and not isinstance(x, bool) for x in given_input):
+        return 1
+    if all(isinstance(x, str | list | tuple) for x in given_input):
+        return len(given_input)
+    return None
 
 
 @attrs.frozen(slots=True)

@@ -38,7 +38,15 @@ from ...fsm.core.turn import Hook
 from ...fsm.host.drivers import check_health
 from ...fsm.telemetry import otel as _otel
 from . import pacing
-from .calls import CHAT_CREATE, Call, Op, caller_mistake, prepare
+from .calls import (
+    CHAT_CREATE,
+    Call,
+    Op,
+    caller_mistake,
+    check_embeddings,
+    embedding_inputs,
+    prepare,
+)
 from .chain import Chains
 from .exceptions import classifier_for
 from .http.admission import Admission, AsyncAdmission
@@ -375,7 +383,10 @@ class Fallgate(_Base[ClientFactory, ClientPool]):
                     bound = attempt_bound(call.policy, a, issued=handed)
                     with self._admission.admitted(bound, a.until_deadline), bounded(bound):
                         reply = self._send(call, client, a)
-                        used = usage_of(call.op.accept(reply))
+                        parsed = call.op.accept(reply)
+                        if call.op.operation == "embeddings":  # one vector per input
+                            check_embeddings(parsed, embedding_inputs(call.kwargs))
+                        used = usage_of(parsed)
                         ledger.note(used)
             finally:
                 pacing.READING.reset(reading)
@@ -395,7 +406,9 @@ class Fallgate(_Base[ClientFactory, ClientPool]):
         self._pool.rebuild(_target(self.policy, target_name))
 
     def close(self) -> None:
-        """Close every client (shared with wrappers made by `with_options`)."""
+        """Close every client (shared with wrappers made by `with_options`). Turns in
+        flight end `aborted` at once (their requests are cut), charged to no target;
+        nothing is sent after."""
         self._pool.close()
 
     def __enter__(self) -> Fallgate:
@@ -482,7 +495,10 @@ class AsyncFallgate(_Base[AsyncClientFactory, AsyncClientPool]):
                 try:
                     async with abounded(bound, backstop=not lease.bounded):
                         reply = await self._send(call, client, a)
-                        used = usage_of(call.op.accept(reply))
+                        parsed = call.op.accept(reply)
+                        if call.op.operation == "embeddings":  # one vector per input
+                            check_embeddings(parsed, embedding_inputs(call.kwargs))
+                        used = usage_of(parsed)
                         ledger.note(used)
                     ok = True
                 finally:
@@ -503,7 +519,8 @@ class AsyncFallgate(_Base[AsyncClientFactory, AsyncClientPool]):
         await self._pool.rebuild(_target(self.policy, target_name))
 
     async def aclose(self) -> None:
-        """Close every client (shared with wrappers made by `with_options`)."""
+        """Close every client (shared with wrappers made by `with_options`). Turns in
+        flight end `aborted`, charged to no target; nothing is sent after."""
         await self._pool.aclose()
 
     close = aclose

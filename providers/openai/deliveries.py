@@ -3,9 +3,11 @@
 Both follow one rule. Events that carry no output yet (a chat stream's
 role-only opener; a Responses stream's ``response.created``,
 ``response.in_progress``, ``response.output_item.added``, ...) are held back.
-The first event with output (chat: content, a refusal, tool calls, or a
-``length`` / ``content_filter`` finish, which end a real reply even when it says
-nothing; Responses: ``response.output_text.delta``, ``response.refusal.delta`` or
+The first event with output (chat: content, audio, a refusal, tool calls, or a
+``length`` finish, which ends a real reply even when it says nothing, while a
+``content_filter`` one before any output is the content filter's, as without a stream;
+the rule is `calls.StreamRule`, shared with the embedded client's peek; Responses:
+``response.output_text.delta``, ``response.refusal.delta`` or
 ``response.function_call_arguments.delta``, or the stream's end with output) is
 handed over with everything held before it, and from then on the stream is
 *committed*: an error becomes `StreamInterrupted` carrying the text already
@@ -32,7 +34,9 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletionChunk
 
-from .exceptions import FailedReply, MalformedReply, StreamInterrupted
+from .calls import ENDINGS as ENDINGS  # (where readers of a stream found it before)
+from .calls import OUTPUT_DELTAS, STREAMS
+from .exceptions import MalformedReply, StreamInterrupted
 from .http.phases import AttemptTimeout
 from .http.transport import timeout_errors, transport_errors
 from .usage import Usage, usage_of
@@ -323,40 +327,16 @@ class ChatDelivery(Delivery):
             raise MalformedReply(
                 f"stream event is not a chat completion chunk ({type(event).__name__})"
             )
-        found = False
         if getattr(event, "usage", None) is not None:
             self.usage = usage_of(event)  # usage alone is no output (it comes last)
-        for choice in choices:
-            finish = getattr(choice, "finish_reason", None)
-            if finish == "error":
-                # OpenRouter ends a stream it cannot finish with finish_reason "error" (and
-                # the choice's error object): never a success, interrupted once committed.
-                error = getattr(choice, "error", None)
-                if isinstance(error, dict) and error:
-                    raise FailedReply(error)
-                raise MalformedReply("the stream ended with finish_reason 'error'")
-            index = getattr(choice, "index", 0)
-            if finish:
-                self._open.discard(index)
-                self.finished = not self._open
-                found = found or finish in EMPTY_BUT_REAL
-            else:
-                self._open.add(index)
-                self.finished = False
-            delta = getattr(choice, "delta", None)
-            if delta is not None and any(
-                getattr(delta, name, None)
-                for name in ("content", "refusal", "tool_calls", "function_call")
-            ):
-                found = True
+        # the one rule of every stream reader (`calls.StreamRule`): `_open` is its record
+        # of this attempt's choices (an index open, its ``~`` finished)
+        found = STREAMS.chat(event, self._open, said=self.committed)
+        self.finished = STREAMS.ended(self._open)
         return found
 
     def says(self, event: Any) -> bool:
-        for choice in getattr(event, "choices", None) or ():
-            delta = getattr(choice, "delta", None)
-            if delta is not None and any(getattr(delta, n, None) for n in _REASONING):
-                return True
-        return False
+        return STREAMS.reasoning(event)
 
     def text_of(self, event: Any) -> str:
         parts = []
@@ -378,7 +358,8 @@ class ChatDelivery(Delivery):
                 return True  # several choices: one text prefix cannot continue them
             delta = getattr(choice, "delta", None)
             if delta is not None and any(
-                getattr(delta, name, None) for name in ("refusal", "tool_calls", "function_call")
+                getattr(delta, name, None)
+                for name in ("refusal", "tool_calls", "function_call", "audio")
             ):
                 return True
             if delta is not None and isinstance(getattr(delta, "content", None), list):
@@ -411,26 +392,6 @@ class ChatDelivery(Delivery):
         return copy
 
 
-#: Where chat providers stream a reasoning model's thinking (DeepSeek, vLLM, OpenRouter):
-#: held back from the caller as no output, but a sign the stream is working.
-_REASONING = ("reasoning_content", "reasoning")
-
-#: Finish reasons that end a real chat reply even with nothing said: the caller's token
-#: limit, the content filter (classified as such, as without a stream).
-EMPTY_BUT_REAL = frozenset({"length", "content_filter"})
-
-#: Responses stream events that carry output: the first one commits the stream.
-OUTPUT_DELTAS = frozenset(
-    {
-        "response.output_text.delta",
-        "response.refusal.delta",
-        "response.function_call_arguments.delta",
-    }
-)
-#: The events that end a whole Responses stream.
-ENDINGS = frozenset({"response.completed", "response.incomplete"})
-
-
 class ResponsesDelivery(Delivery):
     """Responses API stream events (``response.*``)."""
 
@@ -443,30 +404,18 @@ class ResponsesDelivery(Delivery):
             raise MalformedReply(
                 f"stream event is not a Responses API event ({type(event).__name__})"
             )
-        if kind == "response.failed":
-            raise FailedReply(getattr(getattr(event, "response", None), "error", None))
-        if kind == "error":  # the SDK raises on these; a bare one is still an error
-            raise FailedReply(
-                {"code": getattr(event, "code", None), "message": getattr(event, "message", None)}
-            )
         if kind == "response.output_item.done" and self.committed:
             item = getattr(event, "item", None)
             self.text_closed = self.text_closed or getattr(item, "type", None) == "message"
-        if kind in ENDINGS:
-            if not self.committed and kind == "response.completed":
-                if not getattr(getattr(event, "response", None), "output", None):
-                    raise MalformedReply("the stream completed without any output")
+        # the one rule of every stream reader (`calls.StreamRule`)
+        output, ends = STREAMS.responses(event, kind, said=self.committed)
+        if ends:
             self.finished = True
             self.usage = usage_of(event)
-            return True
-        # an empty delta says nothing (as an empty chat chunk): it does not commit
-        return kind in OUTPUT_DELTAS and bool(getattr(event, "delta", None))
+        return output
 
     def says(self, event: Any) -> bool:
-        kind = getattr(event, "type", "")
-        return (
-            "reasoning" in kind and kind.endswith(".delta") and bool(getattr(event, "delta", None))
-        )
+        return STREAMS.reasoning(event)
 
     def text_of(self, event: Any) -> str:
         if getattr(event, "type", None) == "response.output_text.delta":
@@ -605,7 +554,7 @@ def _whole_message(item: Any, orig: tuple[str, int] | None, text: str) -> None:
 def _drop_logprobs(choice: Any, cut: int) -> None:
     """Drop the first tokens of `choice`'s logprobs that spell its content's first `cut`
     characters (a token that straddles the cut goes too: it was not delivered whole)."""
-    logprobs = getattr(choice, "logprobs", None)
+    logprobs: Any = getattr(choice, "logprobs", None)
     tokens = getattr(logprobs, "content", None)
     if cut <= 0 or not isinstance(tokens, list):
         return

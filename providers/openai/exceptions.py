@@ -42,6 +42,7 @@ from ...fsm.redact import redact
 from .http import transport
 
 __all__ = [
+    "ClientClosed",
     "ClientUnavailable",
     "FailedReply",
     "MalformedReply",
@@ -109,6 +110,15 @@ class ClientUnavailable(Exception):
         super().__init__(
             f"client for {target} could not be built: {type(cause).__name__}: {_one_line(cause)}"
         )
+
+
+class ClientClosed(RuntimeError):
+    """The fallgate client was closed by its owner: no attempt is made on it any more,
+    and one that was out when it closed is cut. Classified `cancelled` (the turn ends
+    `aborted`): the closing is the caller's act, charged to no target's health."""
+
+    def __init__(self, message: str = "this fallgate client is closed") -> None:
+        super().__init__(message)
 
 
 def content_filter_error(completion: Any) -> openai.ContentFilterFinishReasonError:
@@ -231,15 +241,23 @@ def classifier_for(
     policy: Policy,
     current: Callable[[], Target | None],
     answered_others: Callable[[Target], bool] | None = None,
+    closed: Callable[[], bool] | None = None,
 ) -> Callable[[BaseException], Outcome]:
     """`classify_openai` with the quirks of the provider `current()` names (the target
     of the attempt that just failed). `answered_others(target)`: did the target answer
     other attempts while this one was out (the pool's view)? It marks the outcome of a
     `connection_level` kind `Outcome.client_side`, as is a transport fault whose
     time ran out before it reached the network, or whose timer fired late because
-    the process was starved (`bounds.AttemptTimeout.client_side`)."""
+    the process was starved (`bounds.AttemptTimeout.client_side`). `closed()`: has the
+    client the attempt went out on been closed by its owner? Then whatever the attempt
+    failed with (its connection shut under it, a request refused) is `cancelled`: the
+    turn ends `aborted`, and no target is charged with the close."""
 
     def classify(e: BaseException) -> Outcome:
+        if closed is not None and not isinstance(e, ClientClosed) and closed():
+            cut = ClientClosed()
+            cut.__cause__ = e  # what the close did to the attempt in flight
+            return classify_openai(cut)
         target = current()
         provider = None if target is None else policy.provider(target)
         o = classify_openai(e, provider=provider, secrets=policy.secrets())
@@ -257,6 +275,8 @@ def classifier_for(
 def _classify(e: BaseException, now: float, provider: Provider | None = None) -> Outcome:
     if isinstance(e, asyncio.CancelledError | KeyboardInterrupt):
         return Outcome(OutcomeKind.CANCELLED, detail="cancelled")
+    if isinstance(e, ClientClosed):
+        return Outcome(OutcomeKind.CANCELLED, detail=str(e))
     if isinstance(e, StreamInterrupted):
         return _interrupted(e, now, provider)
     if isinstance(e, MissingCredential):
@@ -355,6 +375,12 @@ def _error_event(
 
 
 def _interrupted(e: StreamInterrupted, now: float, provider: Provider | None) -> Outcome:
+    if isinstance(e.cause, ClientClosed):  # the caller closed it: no break of the target's
+        return Outcome(
+            OutcomeKind.CANCELLED,
+            detail=f"{e.cause} after {_delivered(e.chunks, e.partial)}",
+            partial=e.partial,
+        )
     why = ": stream ended before its finish_reason"
     status = None
     if e.cause is not None:

@@ -36,7 +36,7 @@ from ...fsm.telemetry import otel as _otel
 from ...fsm.trace import TraceEvent
 from . import pacing
 from .calls import Call, caller_mistake
-from .deliveries import delivery_for
+from .deliveries import NotContinuable, delivery_for
 from .exceptions import classifier_for
 from .http.bounds import (
     AttemptBound,
@@ -168,7 +168,12 @@ class _StreamBase(Generic[E]):
             if notes:
                 return Outcome(OutcomeKind.SUCCESS, detail="; ".join(notes), value=text)
             return Outcome.success(text)
-        return self._step.outcome_of(self._delivery.failure(error))
+        failure = self._delivery.failure(error)
+        if isinstance(failure, NotContinuable):
+            # the stream's own, not the target's: no target can continue it, and this one
+            # was not sent (the engine reports the break, `TurnState.uncontinuable`)
+            failure.uncontinuable = True  # type: ignore[attr-defined]
+        return self._step.outcome_of(failure)
 
     def _loop(self, loop: Callable[..., L]) -> tuple[L, Seen]:
         """The turn on `loop` (`host_loop` or `ahost_loop`: this stream makes the

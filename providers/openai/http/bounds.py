@@ -136,6 +136,8 @@ def attempt_bound(
         stream=stream,
         turn_left=left,
         hold_left=hold,
+        attempt_timeout=policy.attempt_timeout,
+        deadline=policy.deadline,
     )
 
 
@@ -227,11 +229,15 @@ def _timed_out(
 ) -> None:
     """A socket operation of `b` given `t` seconds (of its own `timeout`) timed out: note
     whether the bound cut it (not the operation's own timeout) and how late it fired."""
-    if timeout is None or t < timeout:  # the bound, not the op's own
+    if exc == "ConnectTimeout" and t == b.connect:
+        # the connect bound, whichever timer fired: the library's own connect timeout
+        # is given the same `connect_timeout`, and names no field
         if b.tripped is None:
             b.tripped = "time"
-            if exc == "ConnectTimeout" and t == b.connect:
-                b.phase = "connect"
+            b.phase = "connect"
+    elif timeout is None or t < timeout:  # the bound, not the op's own
+        if b.tripped is None:
+            b.tripped = "time"
     b.fired(name, t, due)
 
 

@@ -24,6 +24,7 @@ had already ended: then the stream just ends).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -38,7 +39,7 @@ from ....fsm.core.turn import Hook
 from ....fsm.host.drivers import check_health
 from ....fsm.kinds import Outcome
 from ..chain import Chains
-from ..exceptions import classifier_for
+from ..exceptions import ClientClosed, classifier_for
 from . import transport
 from .bounds import (
     AttemptBound,
@@ -52,6 +53,7 @@ from .bounds import (
 )
 from .exchange import Exchange, Refused, failed_answer, reply_answer, status_error
 from .peek import Peek
+from .pools import interrupt_transport
 from .sse import AsyncFilteringTransport, FilteringTransport, stream_ended
 
 __all__ = ["AsyncEmbeddedTransport", "EmbeddedTransport", "async_http_client", "http_client"]
@@ -97,13 +99,20 @@ class _Gate:
         #: Every transport built so far obeys the attempt bounds at the socket
         #: (`providers.openai.http.bounds.instrument_transport`).
         self.bounded = True
+        #: Closed by its owner: no transport is built, no attempt made any more.
+        self.closed = False
 
     def inner(self, target: Target) -> Any:
         """The target's own transport (its connection pool), built on first use and
-        bounded like the wrapper's clients (each attempt's phases, total and bytes)."""
+        bounded like the wrapper's clients (each attempt's phases, total and bytes).
+        Once the gate is closed, `ClientClosed` (the turn ends `aborted`)."""
+        if self.closed:
+            raise ClientClosed
         got = self._inner.get(target.name)
         if got is None:
             with self._lock:
+                if self.closed:
+                    raise ClientClosed
                 got = self._inner.get(target.name)
                 if got is None:
                     got = self._inner[target.name] = self._make()
@@ -117,7 +126,10 @@ class _Gate:
             return self._inner.pop(target.name, None)
 
     def close_all(self) -> list[Any]:
+        """Close the gate: the transports to close (their attempts in flight end
+        `aborted`, see `options`)."""
         with self._lock:
+            self.closed = True
             old, self._inner = list(self._inner.values()), {}
         return old
 
@@ -128,7 +140,8 @@ class _Gate:
         )
 
     def options(self, turn: _Turn, ex: Exchange) -> dict[str, Any]:
-        classify = classifier_for(self.policy, lambda: turn.target)
+        # an attempt cut by the gate's close is the caller's act: `cancelled`, no fault
+        classify = classifier_for(self.policy, lambda: turn.target, closed=lambda: self.closed)
 
         def remember(e: BaseException) -> Outcome:
             turn.error = e
@@ -208,6 +221,15 @@ def _cut_after_end(reply: Any, e: BaseException) -> bool:
         return False
     logger.info("fallgate: a stream cut after its end (%s); its answer is whole", type(e).__name__)
     return True
+
+
+def _failed(gate: _Gate, e: TurnFailed, turn: _Turn, request: Any) -> Any:
+    """The answer of a failed turn (`failed_answer`); a turn the gate's close ended
+    `aborted` raises `ClientClosed` to the SDK instead, as a closed HTTP client does."""
+    if e.state == "aborted" and gate.closed:
+        raise ClientClosed() from turn.error
+    name = turn.target.name if turn.target is not None else ""
+    return failed_answer(e, turn.error, name, request)
 
 
 def _stream_headers(reply: Any, target: str) -> list[tuple[str, str]]:
@@ -317,8 +339,7 @@ class EmbeddedTransport(_Embedded, transport.http.BaseTransport):  # type: ignor
                 self.gate.policy, attempt, rebuild=rebuild, **self.gate.options(turn, ex)
             )
         except TurnFailed as e:
-            name = turn.target.name if turn.target is not None else ""
-            return failed_answer(e, turn.error, name, request)
+            return _failed(self.gate, e, turn, request)
         return result.value
 
     def _peeked(self, reply: Any, ex: Exchange, target: str, bound: AttemptBound) -> Any:
@@ -346,7 +367,12 @@ class EmbeddedTransport(_Embedded, transport.http.BaseTransport):  # type: ignor
         )
 
     def close(self) -> None:
-        for t in self.gate.close_all():
+        """Close every target's transport; requests in flight are cut at once (a sync
+        read would wait for the server otherwise) and raise `ClientClosed`."""
+        old = self.gate.close_all()
+        for t in old:
+            interrupt_transport(t)
+        for t in old:
             t.close()
 
 
@@ -396,6 +422,34 @@ class _AsyncReplayed(transport.http.AsyncByteStream):  # type: ignore[misc]
     async def aclose(self) -> None:
         await self._reply.aclose()
 
+    def __del__(self) -> None:
+        """A stream the caller abandoned (a cancelled task, a dropped iterator) closes its
+        connection first. The library's async generators under it were started here,
+        while the turn peeked, before the SDK's own: left to the event loop's finalizer,
+        they are closed in that order, and an inner one is closed by its outer one and by
+        its own finalizer at once ("aclose(): asynchronous generator is already running",
+        logged per stream). Closed first, each of them has nothing left to do."""
+        reply = self._reply
+        if getattr(reply, "is_closed", True):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # collected outside the loop: its finalizer closes them
+            return
+        task = loop.create_task(reply.aclose())  # its first step before any finalizer's
+        _closing.add(task)
+        task.add_done_callback(_closed)
+
+
+#: Abandoned streams' closes in progress (a task the loop holds only weakly).
+_closing: set[asyncio.Task[None]] = set()
+
+
+def _closed(task: asyncio.Task[None]) -> None:
+    _closing.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: a close that failed has nothing to report to
+
 
 class AsyncEmbeddedTransport(_Embedded, transport.http.AsyncBaseTransport):  # type: ignore[misc]
     """The asyncio twin of `EmbeddedTransport`; a cancelled request ends its turn
@@ -441,8 +495,7 @@ class AsyncEmbeddedTransport(_Embedded, transport.http.AsyncBaseTransport):  # t
                 self.gate.policy, attempt, rebuild=rebuild, **self.gate.options(turn, ex)
             )
         except TurnFailed as e:
-            name = turn.target.name if turn.target is not None else ""
-            return failed_answer(e, turn.error, name, request)
+            return _failed(self.gate, e, turn, request)
         return result.value
 
     async def _peeked(self, reply: Any, ex: Exchange, target: str, bound: AttemptBound) -> Any:

@@ -30,7 +30,7 @@ from openai.types.responses import Response as ResponsesReply
 
 from ....fsm import Policy, TurnFailed
 from ....fsm.core.actions import Attempt
-from ..calls import check_completion, check_embeddings, check_response
+from ..calls import check_completion, check_embeddings, check_response, embedding_inputs
 from ..chain import Chains, model_objects
 from . import transport
 from .timeouts import engine_phases
@@ -208,6 +208,9 @@ class Exchange:
             reply = model.model_validate(data)  # than `construct`, which is pure Python
         except ValueError:  # any shape the SDK takes, as the SDK reads it (not validated)
             reply = model.construct(**data)
+        if check is check_embeddings:  # one vector per input of the caller's request
+            check_embeddings(reply, embedding_inputs(self.payload))
+            return
         check(reply)
 
 

@@ -1,23 +1,28 @@
 """Where a stream under the embedded HTTP client commits: the first event with content.
 
 `providers.openai.http.embedded` hands the SDK a streamed response only once it has
-seen an event that carries something for the caller (text, a tool call, reasoning, a
-finish reason; for the Responses API a delta that is not empty, or the response's end;
-openers, progress events and ``*.done`` events say nothing new). The events before it are held
-back and replayed in front of the rest, so the SDK parses the stream the server
-sent. Until then the stream still belongs to the turn: an error event raises
-`FailedReply`, a stream that ends without content `MalformedReply`, and a cut
-reaches the turn as the HTTP library's own error; each is classified by the
-wrapper's classifier and may fall back.
+seen an event that carries something for the caller, judged by the wrapper's own rule
+(`calls.StreamRule`, on the events' JSON): chat text, a refusal, a tool call, audio, a
+``length`` / ``content_filter`` finish; for the Responses API an output delta that is
+not empty, or the response's end with output. Reasoning commits too (under a framework
+the thinking reaches the caller as it comes; the wrapper holds it back). Openers,
+progress events, ``*.done`` events and a bare finish (``stop``, ``tool_calls`` with no
+call) say nothing. The events before the commit are held back and replayed in front of
+the rest, so the SDK parses the stream the server sent. Until then the stream still
+belongs to the turn: an error event or ``finish_reason: "error"`` raises `FailedReply`
+(or `MalformedReply`), a stream that ends without content `MalformedReply` (a
+``response.completed`` without output at once), one stopped by the content filter
+having said nothing the SDK's content-filter error, and a cut reaches the turn as the
+HTTP library's own error; each is classified by the wrapper's classifier and may fall
+back.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from ..deliveries import ENDINGS
-from ..exceptions import FailedReply, MalformedReply
+from ..calls import STREAMS
+from ..exceptions import MalformedReply
 from .sse import boundary
 
 __all__ = ["PEEK_LIMIT", "Peek"]
@@ -27,31 +32,19 @@ __all__ = ["PEEK_LIMIT", "Peek"]
 PEEK_LIMIT = 1 << 20
 
 
-def _chat_content(event: Any) -> bool:
-    """A chat chunk that gives the caller something (not only ``role``)."""
-    for choice in event.get("choices") or ():
-        if not isinstance(choice, dict):
-            continue
-        if choice.get("finish_reason"):
-            return True
-        delta = choice.get("delta")
-        if isinstance(delta, dict) and any(v for k, v in delta.items() if k != "role"):
-            return True
-    return False
-
-
 class Peek:
     """Feed it the stream's bytes; `feed` says when the stream commits.
 
     `api` is ``"chat"`` (``/chat/completions``) or ``"responses"``.
     """
 
-    __slots__ = ("_api", "_held", "_pending", "events")
+    __slots__ = ("_api", "_choices", "_held", "_pending", "events")
 
     def __init__(self, api: str) -> None:
         self._api = api
         self._pending = b""
         self._held = 0
+        self._choices: set[int] = set()  # chat: `StreamRule`'s record of the choices
         #: Events seen so far (diagnostics).
         self.events = 0
 
@@ -96,17 +89,9 @@ class Peek:
             return False
         if not isinstance(event, dict):
             raise MalformedReply(f"a stream event that is {type(event).__name__}, not an object")
+        # nothing was said before this event (it would have committed the stream)
         if self._api == "chat":
-            if event.get("error"):
-                raise FailedReply(event["error"])
-            return _chat_content(event)
+            return STREAMS.chat(event, self._choices, said=False) or STREAMS.reasoning(event)
         kind = str(event.get("type") or name)
-        if kind == "error":
-            raise FailedReply(event.get("error") or event)
-        if kind == "response.failed":
-            raise FailedReply((event.get("response") or {}).get("error") or event)
-        if kind in ENDINGS:
-            return True
-        # a delta says something only when it is not empty (output, reasoning, arguments);
-        # openers, progress and `*.done` events say nothing new
-        return kind.endswith(".delta") and bool(event.get("delta"))
+        output, _ = STREAMS.responses(event, kind, said=False)
+        return output or STREAMS.reasoning({**event, "type": kind})

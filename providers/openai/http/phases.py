@@ -108,6 +108,8 @@ class AttemptBound:
     it commits)."""
 
     __slots__ = (
+        "_attempt_s",
+        "_deadline_s",
         "_first",
         "_first_field",
         "_hold_left",
@@ -148,10 +150,16 @@ class AttemptBound:
         stream: bool = False,
         turn_left: float = math.inf,
         hold_left: float = math.inf,
+        attempt_timeout: float | None = None,
+        deadline: float | None = None,
     ) -> None:
         #: The limit the deadline was last set from, the phase it bounds and the
         #: policy field it came from (for messages).
         self.seconds = seconds
+        #: The policy's ``attempt_timeout`` and ``deadline`` (when known): a total shorter
+        #: than ``attempt_timeout`` is what the turn's deadline left, and says so.
+        self._attempt_s = attempt_timeout
+        self._deadline_s = deadline
         self.phase = "total"
         self.field = "attempt_timeout"
         self.connect = connect
@@ -297,12 +305,26 @@ class AttemptBound:
                 "kept for the next target's attempt (reserve)"
             )
         else:
-            what = f"attempt exceeded its {self.seconds:g} s total time bound"
+            what = self._total()
         if self.unsent:
             return AttemptTimeout(
                 f"{what} before it reached the network{late}", unsent=True, starved=starved
             )
         return AttemptTimeout(f"{what}{late}", starved=starved)
+
+    def _total(self) -> str:
+        """What ran out when the total did: ``attempt_timeout`` (its words as ever), or the
+        turn's deadline when that is what cut the attempt short of it (the time left,
+        rounded: the same cut reads the same from run to run)."""
+        at = self._attempt_s
+        if at is not None and self.seconds < at:
+            left = self.seconds
+            about = f"{left:.0f}" if left >= 10 else f"{left:.2g}"
+            turn = "" if self._deadline_s is None else f" {self._deadline_s:g} s"
+            return (
+                f"cut at the turn's{turn} deadline ({about} s were left; attempt_timeout {at:g} s)"
+            )
+        return f"attempt exceeded its {self.seconds:g} s total time bound"
 
 
 class Spent(Exception):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +45,7 @@ from ....fsm import Target
 from ....fsm.errors import MissingCredential
 from ....fsm.policy.model import Credential
 from ....fsm.redact import safe_url
-from ..exceptions import ClientUnavailable
+from ..exceptions import ClientClosed, ClientUnavailable
 from ..pacing import attach
 from . import sse, transport
 from .bounds import instrument
@@ -63,6 +64,8 @@ __all__ = [
     "async_openai_factory",
     "check_client",
     "client_arguments",
+    "interrupt",
+    "interrupt_transport",
     "openai_factory",
     "shared_ssl_context",
 ]
@@ -246,7 +249,7 @@ class _Pool(Generic[C]):
         slot = (name, cred.id)
         with self._lock:
             if self._closed:
-                raise RuntimeError("this fallgate client is closed")
+                raise ClientClosed
             entry = self._live.get(slot)
             if entry is None or entry.fingerprint != fp:
                 if entry is not None:
@@ -280,7 +283,7 @@ class _Pool(Generic[C]):
         name = target.name
         with self._lock:
             if self._closed:
-                raise RuntimeError("this fallgate client is closed")
+                raise ClientClosed
             gen = self._generation.get(name, 0)
             if seen is not None and name in seen.generation:
                 if seen.generation[name] < gen:  # rebuilt since this turn's client
@@ -317,11 +320,21 @@ class _Pool(Generic[C]):
 
     @property
     def closed(self) -> bool:
+        """Closed by its owner (`close` / `aclose` has begun)."""
         return self._closed
+
+    def cut(self, e: BaseException | None) -> None:
+        """An attempt that failed with `e` on a client of this pool: once the pool is
+        closed, whatever it failed with (its connection shut under it, a request the
+        closed client refused) was the close, the owner's act: `ClientClosed` (from `e`),
+        which the classifier reads as `cancelled` (the turn ends `aborted`, charged to no
+        target)."""
+        if self._closed and isinstance(e, Exception) and not isinstance(e, ClientClosed):
+            raise ClientClosed from e
 
     def check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("this fallgate client is closed")
+            raise ClientClosed
 
     @property
     def open_clients(self) -> int:
@@ -370,11 +383,12 @@ class _SyncLease(_Lease[openai.OpenAI]):
         client: openai.OpenAI = entry.client
         return client
 
-    def __exit__(self, et: type[BaseException] | None, *_: object) -> None:
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, _: object) -> None:
         assert self._entry is not None
         stale = self._pool._let_go(self._entry, self._target.name, et is None)
         if stale:
             _close_sync(stale)
+        self._pool.cut(e)
 
 
 class _AsyncLease(_Lease[openai.AsyncOpenAI]):
@@ -386,11 +400,14 @@ class _AsyncLease(_Lease[openai.AsyncOpenAI]):
         client: openai.AsyncOpenAI = entry.client
         return client
 
-    async def __aexit__(self, et: type[BaseException] | None, *_: object) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, _: object
+    ) -> None:
         assert self._entry is not None
         stale = self._pool._let_go(self._entry, self._target.name, et is None)
         if stale:
             await _close_async(stale)
+        self._pool.cut(e)
 
 
 class ClientPool(_Pool[openai.OpenAI]):
@@ -410,7 +427,13 @@ class ClientPool(_Pool[openai.OpenAI]):
         _close_sync(self._renew(target, seen))
 
     def close(self) -> None:
-        _close_sync(self._close_all())
+        """Close every client. Attempts in flight on them are cut at once (a sync read
+        would otherwise wait for the server or its timeout) and end their turns
+        `aborted` (`exceptions.ClientClosed`); none is made after."""
+        clients = self._close_all()
+        for c in clients:
+            interrupt(c)
+        _close_sync(clients)
 
 
 class AsyncClientPool(_Pool[openai.AsyncOpenAI]):
@@ -427,6 +450,39 @@ class AsyncClientPool(_Pool[openai.AsyncOpenAI]):
 
     async def aclose(self) -> None:
         await _close_async(self._close_all())
+
+
+def interrupt(client: Any) -> None:
+    """Cut every request in flight on `client` (an SDK or HTTP client) now: its
+    connections' sockets are shut down, which wakes a read blocked on another thread
+    (closing the client alone does not). Best effort: a transport of the caller's own
+    is left to its close."""
+    http_client = getattr(client, "_client", client)
+    transports = [getattr(http_client, "_transport", None)]
+    mounts = getattr(http_client, "_mounts", None)
+    if isinstance(mounts, dict):
+        transports += list(mounts.values())
+    for t in transports:
+        if t is not None:
+            interrupt_transport(t)
+
+
+def interrupt_transport(t: Any) -> None:
+    """`interrupt` for one HTTP transport (httpx / httpx2 over httpcore / httpcore2)."""
+    try:
+        connections = list(getattr(getattr(t, "_pool", None), "connections", ()))
+    except Exception:  # not a pool we know
+        return
+    for conn in connections:
+        inner = getattr(conn, "_connection", conn)  # HTTPConnection -> HTTP/1.1 or /2
+        stream = getattr(inner, "_network_stream", None)
+        info = getattr(stream, "get_extra_info", None)
+        if info is None:
+            continue
+        with contextlib.suppress(Exception):
+            sock = info("socket")
+            if isinstance(sock, socket.socket):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 def _discard(client: Any) -> None:

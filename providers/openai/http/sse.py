@@ -27,7 +27,7 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
 
-from ..deliveries import ENDINGS
+from ..calls import STREAMS
 from ..exceptions import MalformedReply
 from . import transport
 from .scrub import (
@@ -124,32 +124,20 @@ class SseFilter:
         return only_keys(block, self._keys)
 
     def _note(self, event: Any) -> None:
-        """Has the answer ended with `event`? Chat: once every choice it spoke of gave a
-        finish_reason (not ``error``: OpenRouter's failure); Responses: at
-        ``response.completed`` or ``response.incomplete`` (`deliveries.ENDINGS`, the
-        wrapper's own reading)."""
+        """Has the answer ended with `event`? By the wrapper's own reading
+        (`calls.StreamRule`, noting only, never judging): chat, once every choice it
+        spoke of gave a finish_reason (not ``error``: OpenRouter's failure), a finished
+        choice staying finished (Azure's content-filter annotation after ``stop`` does
+        not reopen it); Responses, at ``response.completed`` or ``response.incomplete``."""
         if not isinstance(event, dict):
             return
         kind = event.get("type")
         if isinstance(kind, str):
-            if kind in ENDINGS:
-                self.ended = True
+            self.ended = self.ended or STREAMS.responses(event, kind, said=True, judge=False)[1]
             return
-        choices = event.get("choices")
-        if not isinstance(choices, list):
-            return
-        for choice in choices:
-            if not isinstance(choice, dict):
-                continue
-            index = choice.get("index", 0)
-            index = index if isinstance(index, int) else 0  # as the SDK reads a bad one
-            finish = choice.get("finish_reason")
-            if finish and finish != "error":
-                self._open.discard(index)
-                self.ended = not self._open
-            else:
-                self._open.add(index)
-                self.ended = False
+        if isinstance(event.get("choices"), list):
+            STREAMS.chat(event, self._open, said=True, judge=False)
+            self.ended = STREAMS.ended(self._open)
 
     def end(self) -> bytes:
         """The stream ended: an unfinished last event goes on as it is (the SDK's own
