@@ -134,8 +134,9 @@ def test_fallgate_check_is_quiet_about_a_deadline_that_holds_the_reserve(capsys,
 
 
 def _silent_group_policy():
-    members = [{"base_url": f"https://r{i}.example/v1", "api_key": f"sk-r{i}-0000000000"}
-               for i in range(2)]  # fmt: skip
+    members = [
+        {"base_url": f"https://r{i}.example/v1", "api_key": f"sk-r{i}-0000000000"} for i in range(2)
+    ]
     group = {"provider": "p0", "model": "m0", "members": members}
     return chain(group, "m1", attempt_timeout=1, deadline=2.5)
 
@@ -160,3 +161,15 @@ def test_an_engine_that_moves_on_within_a_silent_group_regardless_is_caught(monk
     v = report.violations["fallback_gate"]
     assert "the first eligible fallback was fallback_1" in v.why, v.why
     assert SILENT in v.steps
+
+
+def test_after_a_context_overflow_the_checker_reads_the_group_rule_as_the_engine_does():
+    """A group reached after the primary overflowed, the only target after it of unknown
+    context_length: the checker's reading of the next entry is the engine's, so the
+    policy checks clean (it was reported as a fallback to the wrong target)."""
+    members = [
+        {"base_url": f"https://r{i}.example/v1", "api_key": f"sk-r{i}-0000000000"} for i in range(2)
+    ]
+    group = {"provider": "p1", "model": "g", "members": members, "context_length": 16000}
+    report = check_policy(chain("a@4096", group, "u", attempt_timeout=1, deadline=2.5))
+    assert report.ok, report.text()

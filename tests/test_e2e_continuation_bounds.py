@@ -312,3 +312,143 @@ def test_the_repeat_trimmed_at_a_seam_takes_its_tokens_logprobs_with_it(
                 tokens += [t.token for t in (ch.logprobs.content or [])] if ch.logprobs else []
     assert stream.seams == ((20, 10),)
     assert text == "The quick brown fox jumps." == "".join(tokens)
+
+
+def test_a_reasoning_items_closed_part_does_not_close_the_message(
+    fault_server: FaultServer,
+) -> None:
+    """A reasoning item with a ``reasoning_text`` content part (gpt-oss-style models)
+    closes that part before the message starts; a cut mid-message is still continued:
+    only the message's own part closes the text."""
+    words = [f"w{i} " for i in range(10)]
+    rs_at = {"output_index": 0, "content_index": 0, "item_id": "rs_1"}
+    rpart = {"type": "reasoning_text", "text": ""}
+    rs = {"type": "reasoning", "id": "rs_1", "summary": []}
+    at = {"output_index": 1, "content_index": 0, "item_id": "msg_1"}
+    ev = [
+        _ev("response.created", 0, response=response_body("in_progress", [])),
+        _ev("response.output_item.added", 1, output_index=0, item=rs),
+        _ev("response.content_part.added", 2, part=rpart, **rs_at),
+        _ev("response.reasoning_text.delta", 3, delta="hm", **rs_at),
+        _ev("response.reasoning_text.done", 4, text="hm", **rs_at),
+        _ev("response.content_part.done", 5, part={**rpart, "text": "hm"}, **rs_at),
+        _ev(
+            "response.output_item.done",
+            6,
+            output_index=0,
+            item={**rs, "content": [{**rpart, "text": "hm"}]},
+        ),
+        _ev(
+            "response.output_item.added",
+            7,
+            output_index=1,
+            item=response_message(None, "in_progress"),
+        ),
+        _ev("response.content_part.added", 8, part=OUTPUT_TEXT, **at),
+    ]
+    ev += [
+        _ev("response.output_text.delta", 9 + i, delta=w, logprobs=[], **at)
+        for i, w in enumerate(words[:4])
+    ]
+    fault_server.script(
+        {
+            "models": {
+                "a": [
+                    {"kind": "sse", "events": ev, "done": False},
+                    {"kind": "continue", "text": "".join(words)},
+                ]
+            }
+        }
+    )
+    with Fallgate(chain({"model": "a", **CAN}, server=fault_server)) as gate:
+        with gate.responses.stream(input="x") as stream:
+            list(stream)
+            final = stream.get_final_response()
+    assert final.output_text == "".join(words)
+    assert fault_server.count("a") == 2
+
+
+def test_the_repeat_trimmed_at_a_responses_seam_takes_its_logprobs_with_it(
+    fault_server: FaultServer,
+) -> None:
+    def lp(tokens: list[str]) -> list[dict[str, Any]]:
+        return [
+            {"token": t, "logprob": -0.1, "bytes": list(t.encode()), "top_logprobs": []}
+            for t in tokens
+        ]
+
+    broken = _opened("resp_A", "msg_A", [])
+    at = {"output_index": 0, "item_id": "msg_A", "content_index": 0}
+    broken += [
+        _ev(
+            "response.output_text.delta",
+            3,
+            delta="The quick ",
+            logprobs=lp(["The", " quick", " "]),
+            **at,
+        ),
+        _ev(
+            "response.output_text.delta",
+            4,
+            delta="brown fox ",
+            logprobs=lp(["brown", " fox", " "]),
+            **at,
+        ),
+    ]
+    cont = _opened("resp_B", "msg_B", [])
+    bt = {"output_index": 0, "item_id": "msg_B", "content_index": 0}
+    cont += [
+        _ev(
+            "response.output_text.delta",
+            3,
+            delta="brown fox jumps.",
+            logprobs=lp(["brown", " fox", " ", "jumps", "."]),
+            **bt,
+        )
+    ]
+    done = response_message("brown fox jumps.", "completed", "msg_B")
+    cont.append(_ev("response.completed", 4, response=response_body("completed", [done], "resp_B")))
+    fault_server.script(
+        {
+            "models": {
+                "a": [
+                    {"kind": "sse", "events": broken, "done": False},
+                    {"kind": "sse", "events": cont},
+                ]
+            }
+        }
+    )
+    text, tokens = "", []
+    with Fallgate(chain({"model": "a", **CAN}, server=fault_server)) as gate:
+        for e in gate.responses.create(input="x", stream=True):
+            if e.type == "response.output_text.delta":
+                text += e.delta
+                tokens += [t.token for t in e.logprobs or []]
+    assert text == "The quick brown fox jumps." == "".join(tokens)
+
+
+@pytest.mark.parametrize("via", ["wrapper", "http_client"])
+def test_two_choices_asked_and_one_finished_before_a_cut_is_no_whole_answer(
+    fault_server: FaultServer, via: str
+) -> None:
+    """``n = 2``: choice 0 speaks and finishes, then the connection is cut before choice 1
+    said anything: the caller asked for two, so the answer did not end (the wrapper's turn
+    fails with what was delivered; under http_client the SDK raises its cut)."""
+    ev = [
+        chunk({"role": "assistant", "content": "one"}),
+        {**chunk({}), "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ]
+    fault_server.script({"models": {"a": [{"kind": "sse", "events": ev, "done": False}]}})
+    policy = chain({"model": "a"}, server=fault_server)
+    if via == "wrapper":
+        with Fallgate(policy) as gate, pytest.raises(TurnFailed) as e:
+            list(gate.chat.completions.create(messages=MSG, n=2, stream=True))
+        assert e.value.partial == "one"
+    else:
+        import openai
+
+        from fallgate import http_client
+
+        with openai.OpenAI(api_key="unused", http_client=http_client(policy), max_retries=0) as c:
+            with pytest.raises(openai.APIConnectionError):
+                list(c.chat.completions.create(model="a", messages=MSG, n=2, stream=True))

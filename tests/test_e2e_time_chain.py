@@ -93,14 +93,43 @@ def test_a_silent_primary_group_leaves_the_next_entry_its_attempt(fault_server, 
     fault_server.script({"models": {"p": [SILENT] * 5, "fast": [FAST] * 5}})
     with FaultServer() as other:
         other.script({"models": {"p": [SILENT] * 5}})
-        members = [{"base_url": f"{srv.base_url}", "api_key": f"sk-{i}-0000000000"}
-                   for i, srv in enumerate((fault_server, other))]  # fmt: skip
+        members = [
+            {"base_url": f"{srv.base_url}", "api_key": f"sk-{i}-0000000000"}
+            for i, srv in enumerate((fault_server, other))
+        ]
         group = {"provider": "fault", "model": "p", "members": members}
         policy = chain(group, "fast", server=fault_server, attempt_timeout=1, deadline=2.5)
         text, took = _turn(policy, use_async=use_async, stream=stream)
         asked = (fault_server.count("p"), other.count("p"), fault_server.count("fast"))
     assert text == "fallback answer"
     assert asked == (1, 0, 1), "the second member would have spent the fallback's reserve"
+    assert took < 2.5 + SLACK, took
+
+
+@pytest.mark.parametrize("length", [16000, None], ids=["known-length", "unknown-length"])
+def test_after_a_context_overflow_a_silent_group_still_leaves_the_next_entry_its_attempt(
+    fault_server, length
+):
+    """The primary overflows its 8k context; the group after it (of known length, or of
+    unknown length: reached the other way after an overflow) has two silent members: the
+    second is not asked, and the last entry answers within the 2.5 s deadline."""
+    from fault_steps import CONTEXT_TOO_LONG_8K
+
+    fault_server.script({"models": {"a": [CONTEXT_TOO_LONG_8K], "g": [SILENT], "u": [FAST]}})
+    with FaultServer() as other:
+        other.script({"models": {"g": [SILENT]}})
+        members = [
+            {"base_url": srv.base_url, "api_key": f"sk-{i}-0000000000"}
+            for i, srv in enumerate((fault_server, other))
+        ]
+        group: dict[str, Any] = {"provider": "fault", "model": "g", "members": members}
+        if length:
+            group["context_length"] = length
+        policy = chain("a@8192", group, "u", server=fault_server, attempt_timeout=1, deadline=2.5)
+        text, took = _turn(policy, use_async=False, stream=False)
+        asked = (fault_server.count("g"), other.count("g"), fault_server.count("u"))
+    assert text == "fallback answer"
+    assert asked == (1, 0, 1)
     assert took < 2.5 + SLACK, took
 
 
@@ -234,9 +263,12 @@ def test_under_the_http_client_too_a_stream_that_opens_and_says_nothing_is_left(
 
 def _chat_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     return {
-        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "silent",
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "silent",
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize("via", ["wrapper", "http_client"])
@@ -254,9 +286,13 @@ def test_a_model_that_streams_its_reasoning_past_the_hold_is_the_primarys(fault_
     thinks = {"kind": "sse", "events": events, "interval": 0.25}
     fault_server.script({"models": {"silent": [thinks], "fast": [FAST]}})
     policy = _silent_policy(
-        fault_server, deadline=4, attempt_timeout=1, first_event_timeout=0.5,
-        stream_idle_timeout=1, max_attempts=1,
-    )  # fmt: skip
+        fault_server,
+        deadline=4,
+        attempt_timeout=1,
+        first_event_timeout=0.5,
+        stream_idle_timeout=1,
+        max_attempts=1,
+    )
     if via == "wrapper":
         text, _ = _turn(policy, use_async=False, stream=True)
     else:
@@ -274,17 +310,28 @@ def test_the_hold_keeps_no_time_for_a_fallback_that_cannot_be_tried(fault_server
         {"models": {"silent": [{"kind": "drop"}], "fast": [{"kind": "status", "status": 401}]}}
     )
     policy = _silent_policy(
-        fault_server, deadline=5, attempt_timeout=1, first_event_timeout=1,
-        stream_idle_timeout=4, reserve=2.0, max_attempts=1, recover_transport=False,
-    )  # fmt: skip
+        fault_server,
+        deadline=5,
+        attempt_timeout=1,
+        first_event_timeout=1,
+        stream_idle_timeout=4,
+        reserve=2.0,
+        max_attempts=1,
+        recover_transport=False,
+    )
     late = [_chat_chunk({"role": "assistant", "content": ""}), _chat_chunk({"content": "late"})]
     with Fallgate(policy) as gate:
         with pytest.raises(TurnFailed):
             gate.chat.completions.create(messages=MESSAGES)  # benches the fallback's key
         fault_server.script(
-            {"models": {"silent": [{"kind": "sse", "events": [*late, _chat_chunk({}, "stop")],
-                                    "interval": 3.5}]}}
-        )  # fmt: skip
+            {
+                "models": {
+                    "silent": [
+                        {"kind": "sse", "events": [*late, _chat_chunk({}, "stop")], "interval": 3.5}
+                    ]
+                }
+            }
+        )
         text = chat_text(gate, MESSAGES, stream=True)
     assert text == "late"
 

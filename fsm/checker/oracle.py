@@ -321,25 +321,26 @@ def eligible(
         elif j > cur and (floor is None or (length is not None and length > floor)):
             ahead.append(j)
     if timed and cur >= 0 and targets[cur].group is not None:
-        ahead = _members_in_time(ctx, o, now, cur, ahead)
+        keep = _members_in_time(ctx, o, now, cur, ahead + unknown)
+        ahead, unknown = [k for k in ahead if k in keep], [k for k in unknown if k in keep]
     return ahead + unknown
 
 
-def _members_in_time(ctx: Context, o: Obs, now: float, cur: int, ahead: list[int]) -> list[int]:
-    """`ahead` without the later members of `cur`'s group whose attempt (its whole bound)
-    would leave the first eligible target after the group less than its reserve: moving
-    on within one entry spends the next entry's time, as a stay does."""
+def _members_in_time(ctx: Context, o: Obs, now: float, cur: int, found: list[int]) -> set[int]:
+    """`found` without the later members of `cur`'s group whose attempt (its whole bound)
+    would leave the first eligible target after the group (in chain order) less than its
+    reserve: moving on within one entry spends the next entry's time, as a stay does."""
     p = ctx.policy
     targets = p.targets
     entry = targets[cur].entry
-    after = [k for k in ahead if targets[k].entry != entry]
+    after = sorted(k for k in found if k > cur and targets[k].entry != entry)
     if p.reserve is False or not after:
-        return ahead
+        return set(found)
     left = p.deadline - (now - o.started)
     need = p.reserve_for(targets[after[0]])
-    return [
-        k for k in ahead if targets[k].entry != entry or left - p.attempt_bound(targets[k]) >= need
-    ]
+    return {
+        k for k in found if targets[k].entry != entry or left - p.attempt_bound(targets[k]) >= need
+    }
 
 
 def went_back_allowed(ctx: Context, o: Obs, cur: int, j: int) -> bool:

@@ -333,14 +333,12 @@ class TurnState:
         """Why the broken stream can be continued on no target, when the continuation
         just fed was refused before it was sent for a reason of the stream's own (it
         delivered tool calls or a refusal, asked for several choices, or had reached its
-        end: the host's error says ``uncontinuable``); None otherwise. Such a refusal is
+        end: the host marks its outcome `unsendable`); None otherwise. Such a refusal is
         no attempt of that target's: nothing was sent (`fsm.core.leaving`)."""
         o = self.outcome
-        if o is None or self.interruption is None or o.error is None:
+        if o is None or self.interruption is None or not o.unsendable:
             return None
-        if getattr(o.error, "uncontinuable", False) is not True:
-            return None
-        return str(o.error) or "the stream cannot be continued"
+        return o.detail or "the stream cannot be continued"
 
     def probing(self, j: int, now: float) -> float | None:
         """When another turn's probe lease on target j's half-open breaker ends, if that
@@ -413,7 +411,7 @@ class TurnState:
             for j in range(max(start, self.first), len(targets)):
                 if j == cur or j in tried or targets[j].context_length is not None:
                     continue
-                why = self.ineligible(j, now)
+                why = self.ineligible(j, now) or member_spends_reserve(self, j)
                 if why is None:
                     found = j
                     break

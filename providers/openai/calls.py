@@ -159,10 +159,21 @@ ENDINGS = frozenset({"response.completed", "response.incomplete"})
 
 
 def _field(obj: Any, name: str) -> Any:
-    """A field of an SDK object or of its JSON (a dict)."""
+    """A field of an SDK object or of its JSON (a dict); None when it has none."""
     if isinstance(obj, dict):
         return obj.get(name)
-    return getattr(obj, name, None)
+    # Per stream event: a field an SDK model lacks (`error`, `reasoning_content`) costs
+    # pydantic's `__getattr__` a raised AttributeError (~2 us); its dicts answer at once.
+    extra = getattr(obj, "__pydantic_extra__", _ABSENT)
+    if extra is _ABSENT:  # not a pydantic model
+        return getattr(obj, name, None)
+    found = obj.__dict__.get(name, _ABSENT)
+    if found is not _ABSENT:
+        return found
+    return extra.get(name) if extra else None
+
+
+_ABSENT: Any = object()
 
 
 class StreamRule:
@@ -179,9 +190,10 @@ class StreamRule:
     __slots__ = ()
 
     @staticmethod
-    def ended(choices: set[int]) -> bool:
-        """Has every chat choice that spoke given its finish_reason (one at least)?"""
-        return bool(choices) and all(i < 0 for i in choices)
+    def ended(choices: set[int], expect: int = 1) -> bool:
+        """Has every chat choice that spoke given its finish_reason, `expect` (the
+        request's ``n``) of them at least? A choice that never spoke is not finished."""
+        return len(choices) >= expect and all(i < 0 for i in choices)
 
     @staticmethod
     def reasoning(event: Any) -> bool:

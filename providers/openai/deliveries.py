@@ -61,6 +61,7 @@ class Delivery:
     """The bookkeeping both APIs share; subclasses say what an event means."""
 
     __slots__ = (
+        "choices",
         "count",
         "ended",
         "finished",
@@ -71,7 +72,6 @@ class Delivery:
         "pieces",
         "seam",
         "seams",
-        "several",
         "since",
         "spoke",
         "text_closed",
@@ -81,10 +81,11 @@ class Delivery:
     #: What a stream with no output is called in errors.
     nothing = "the stream ended before any content"
 
-    def __init__(self, several: bool = False) -> None:
-        #: the request asked for several choices (``n`` > 1): one text prefix cannot
-        #: carry them, so the stream is never continued, whichever choices spoke yet
-        self.several = several
+    def __init__(self, choices: int = 1) -> None:
+        #: the choices the request asked for (``n``): a stream has ended only once each
+        #: finished, and one of several is never continued (one text prefix cannot carry
+        #: them), whichever choices spoke yet
+        self.choices = choices
         self.held: list[Any] = []
         self.pieces: list[str] = []
         self.count = 0
@@ -238,7 +239,7 @@ class Delivery:
         carry (the continuation would send it again), or had reached its end."""
         if self.ended:
             raise NotContinuable("the stream reached its end before it broke: nothing follows")
-        if self.several:
+        if self.choices > 1:
             raise NotContinuable(
                 "the request asked for several choices (n > 1): a text prefix cannot continue them"
             )
@@ -313,8 +314,8 @@ class ChatDelivery(Delivery):
 
     __slots__ = ("_open",)
 
-    def __init__(self, several: bool = False) -> None:
-        super().__init__(several)
+    def __init__(self, choices: int = 1) -> None:
+        super().__init__(choices)
         self._open: set[int] = set()  # the choices of this attempt not finished yet
 
     def begin(self, prefix: str | None = None) -> None:
@@ -332,7 +333,7 @@ class ChatDelivery(Delivery):
         # the one rule of every stream reader (`calls.StreamRule`): `_open` is its record
         # of this attempt's choices (an index open, its ``~`` finished)
         found = STREAMS.chat(event, self._open, said=self.committed)
-        self.finished = STREAMS.ended(self._open)
+        self.finished = STREAMS.ended(self._open, self.choices)
         return found
 
     def says(self, event: Any) -> bool:
@@ -428,12 +429,18 @@ class ResponsesDelivery(Delivery):
         return kind in OUTPUT_DELTAS and kind != "response.output_text.delta"
 
     def with_text(self, event: Any, text: str) -> Any:
+        """The delta cut to `text` (its end), the logprobs of what was cut dropped too."""
         if getattr(event, "type", None) == "response.output_text.delta":
-            return event.model_copy(update={"delta": text})
+            update: dict[str, Any] = {"delta": text}
+            tokens = getattr(event, "logprobs", None)
+            cut = len(event.delta) - len(text)
+            if cut > 0 and isinstance(tokens, list):
+                update["logprobs"] = _past(tokens, cut)
+            return event.model_copy(update=update)
         return event
 
     def note(self, event: Any) -> None:
-        if event.type in _TEXT_CLOSERS:
+        if event.type in _TEXT_CLOSERS and _message_part(event):
             self.text_closed = True  # the text was closed: nothing may follow it
         first = self.first
         seq = getattr(event, "sequence_number", None)
@@ -527,6 +534,13 @@ class ResponsesDelivery(Delivery):
 #: Events that close a Responses stream's text: nothing may follow them.
 _TEXT_CLOSERS = frozenset({"response.output_text.done", "response.content_part.done"})
 
+
+def _message_part(event: Any) -> bool:
+    """Is a closing event about the message's text (not a reasoning item's
+    ``reasoning_text`` part, which gpt-oss-style models stream before the message)?"""
+    part = getattr(event, "part", None)
+    return part is None or getattr(part, "type", None) in ("output_text", "refusal")
+
 #: A continuation's events that open what the continued stream opened already.
 _OPENERS = frozenset(
     {
@@ -552,17 +566,22 @@ def _whole_message(item: Any, orig: tuple[str, int] | None, text: str) -> None:
 
 
 def _drop_logprobs(choice: Any, cut: int) -> None:
-    """Drop the first tokens of `choice`'s logprobs that spell its content's first `cut`
-    characters (a token that straddles the cut goes too: it was not delivered whole)."""
+    """Drop the first tokens of a chat `choice`'s logprobs that spell its content's first
+    `cut` characters (`_past`)."""
     logprobs: Any = getattr(choice, "logprobs", None)
     tokens = getattr(logprobs, "content", None)
-    if cut <= 0 or not isinstance(tokens, list):
-        return
+    if cut > 0 and isinstance(tokens, list):
+        logprobs.content = _past(tokens, cut)
+
+
+def _past(tokens: list[Any], cut: int) -> list[Any]:
+    """The logprobs of `tokens` after the first `cut` characters they spell (a token that
+    straddles the cut goes too: it was not delivered whole)."""
     at = 0
     while at < len(tokens) and cut > 0:
         cut -= len(getattr(tokens[at], "token", "") or "")
         at += 1
-    logprobs.content = tokens[at:]
+    return tokens[at:]
 
 
 def _part_text(part: Any) -> str:
@@ -578,4 +597,4 @@ def delivery_for(kind: str | None, kwargs: Any = None) -> Delivery:
     if kind == "responses":
         return ResponsesDelivery()
     n = kwargs.get("n") if hasattr(kwargs, "get") else None
-    return ChatDelivery(several=isinstance(n, int) and n > 1)
+    return ChatDelivery(n if isinstance(n, int) and n > 1 else 1)

@@ -27,6 +27,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, 
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import attrs
+
 from ...fsm import Outcome, TurnFailed
 from ...fsm.core.actions import Action, Attempt, Finish
 from ...fsm.host.drivers import DriverStep
@@ -169,11 +171,12 @@ class _StreamBase(Generic[E]):
                 return Outcome(OutcomeKind.SUCCESS, detail="; ".join(notes), value=text)
             return Outcome.success(text)
         failure = self._delivery.failure(error)
+        outcome = self._step.outcome_of(failure)
         if isinstance(failure, NotContinuable):
             # the stream's own, not the target's: no target can continue it, and this one
             # was not sent (the engine reports the break, `TurnState.uncontinuable`)
-            failure.uncontinuable = True  # type: ignore[attr-defined]
-        return self._step.outcome_of(failure)
+            return attrs.evolve(outcome, unsendable=True, detail=str(failure))
+        return outcome
 
     def _loop(self, loop: Callable[..., L]) -> tuple[L, Seen]:
         """The turn on `loop` (`host_loop` or `ahost_loop`: this stream makes the

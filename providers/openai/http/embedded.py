@@ -54,7 +54,7 @@ from .bounds import (
 from .exchange import Exchange, Refused, failed_answer, reply_answer, status_error
 from .peek import Peek
 from .pools import interrupt_transport
-from .sse import AsyncFilteringTransport, FilteringTransport, stream_ended
+from .sse import AsyncFilteringTransport, FilteringTransport, expect_choices, stream_ended
 
 __all__ = ["AsyncEmbeddedTransport", "EmbeddedTransport", "async_http_client", "http_client"]
 
@@ -344,6 +344,7 @@ class EmbeddedTransport(_Embedded, transport.http.BaseTransport):  # type: ignor
 
     def _peeked(self, reply: Any, ex: Exchange, target: str, bound: AttemptBound) -> Any:
         assert ex.api is not None
+        expect_choices(reply, (ex.payload or {}).get("n"))  # its end is every choice's
         peek = Peek(ex.api)
         held: list[bytes] = []
         rest = iter(reply.stream)
@@ -500,6 +501,7 @@ class AsyncEmbeddedTransport(_Embedded, transport.http.AsyncBaseTransport):  # t
 
     async def _peeked(self, reply: Any, ex: Exchange, target: str, bound: AttemptBound) -> Any:
         assert ex.api is not None
+        expect_choices(reply, (ex.payload or {}).get("n"))  # its end is every choice's
         peek = Peek(ex.api)
         held: list[bytes] = []
         rest = reply.stream.__aiter__()

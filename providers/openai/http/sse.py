@@ -46,6 +46,7 @@ __all__ = [
     "SseFilter",
     "boundary",
     "dropped_events",
+    "expect_choices",
     "stream_ended",
 ]
 
@@ -84,7 +85,17 @@ class SseFilter:
     data is not JSON (`dropped` counts them), each scrubbed of `secrets` (the request's
     key: `scrub`) where it reports an error or holds the key."""
 
-    __slots__ = ("_keys", "_open", "_pending", "_row", "dropped", "ended", "secrets", "where")
+    __slots__ = (
+        "_keys",
+        "_open",
+        "_pending",
+        "_row",
+        "dropped",
+        "ended",
+        "expect",
+        "secrets",
+        "where",
+    )
 
     def __init__(self, where: str = "", secrets: tuple[str, ...] = ()) -> None:
         self._pending = b""
@@ -92,7 +103,9 @@ class SseFilter:
         self.dropped = 0
         #: The answer has ended (see `_note`); a cut from here on loses nothing of it.
         self.ended = False
-        self._open: set[int] = set()  # chat: the choices not finished yet
+        self._open: set[int] = set()  # chat: the choices (`calls.StreamRule.chat`)
+        #: chat: the choices the request asked for (``n``; `expect_choices`)
+        self.expect = 1
         self.where = where  # for the warning: the request's host and path
         self.secrets = secrets
         self._keys = tuple(s.encode() for s in secrets)
@@ -137,7 +150,7 @@ class SseFilter:
             return
         if isinstance(event.get("choices"), list):
             STREAMS.chat(event, self._open, said=True, judge=False)
-            self.ended = STREAMS.ended(self._open)
+            self.ended = STREAMS.ended(self._open, self.expect)
 
     def end(self) -> bytes:
         """The stream ended: an unfinished last event goes on as it is (the SDK's own
@@ -245,6 +258,15 @@ class AsyncFilteringTransport(transport.http.AsyncHTTPTransport):  # type: ignor
             f = response.extensions[_KEY] = SseFilter(_where(request), request_secrets(request))
             response.stream = _AsyncFiltered(response.stream, f)
         return response
+
+
+def expect_choices(response: Any, n: Any) -> None:
+    """Tell `response`'s filter how many choices its request asked for (``n``): the
+    answer has ended only when that many finished."""
+    extensions = getattr(response, "extensions", None)
+    f = extensions.get(_KEY) if isinstance(extensions, dict) else None
+    if isinstance(f, SseFilter) and isinstance(n, int) and n > 1:
+        f.expect = n
 
 
 def stream_ended(response: Any) -> bool:
