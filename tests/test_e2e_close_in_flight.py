@@ -35,6 +35,7 @@ from typing import Any
 import openai
 import pytest
 from fallgate.fsm.kinds import OutcomeKind
+from fallgate.providers.openai.exceptions import ClientClosed
 
 from fallgate import (
     AsyncFallgate,
@@ -295,7 +296,13 @@ def test_closing_an_async_fallgate_under_a_delivering_stream_aborts_it_charging_
                 e = t.exception()
                 assert e is not None
                 _aborted_by_the_close(e)  # not `stream_interrupted`: nothing of the target's
+                assert isinstance(e, TurnFailed) and e.partial, "the text it had delivered"
+                assert e.partial.startswith("chunk-1 chunk-2 "), e.partial
             assert srv.count("b") == 0
             _blames_nobody(gate.health)
+            with pytest.raises(ClientClosed):  # a closed client answers nothing, models too
+                gate.models.list()
+            with pytest.raises(ClientClosed):
+                await gate.models.retrieve("a")
 
     asyncio.run(main())

@@ -452,3 +452,34 @@ def test_two_choices_asked_and_one_finished_before_a_cut_is_no_whole_answer(
         with openai.OpenAI(api_key="unused", http_client=http_client(policy), max_retries=0) as c:
             with pytest.raises(openai.APIConnectionError):
                 list(c.chat.completions.create(model="a", messages=MSG, n=2, stream=True))
+
+
+def test_a_continuation_of_content_parts_has_its_repeat_trimmed_at_the_seam(
+    fault_server: FaultServer,
+) -> None:
+    """The primary streams text and is cut; the continuation streams its text as content
+    parts and starts by repeating the delivered end: the repeat is trimmed from the parts
+    too, and the caller reads the answer once."""
+    broken = [
+        chunk({"role": "assistant", "content": "Hello "}),
+        chunk({"content": "wonderful wor"}),
+    ]
+    parts = [
+        chunk({"content": [{"type": "text", "text": "wonderful world!"}]}),
+        {**chunk({}), "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ]
+    fault_server.script(
+        {
+            "models": {
+                "a": [
+                    {"kind": "sse", "events": broken, "done": False},
+                    {"kind": "sse", "events": parts},
+                ]
+            }
+        }
+    )
+    with Fallgate(chain({"model": "a", **CAN}, server=fault_server)) as gate:
+        stream = gate.chat.completions.create(messages=MSG, stream=True)
+        got = _collect(stream)
+    assert stream.seams == ((19, 13),)
+    assert got == {0: "Hello wonderful world!"}

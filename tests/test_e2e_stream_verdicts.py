@@ -35,8 +35,13 @@ def chunk(delta: dict[str, Any] | None, finish: str | None = None, **choice: Any
     c: dict[str, Any] = {"index": 0, "finish_reason": finish, **choice}
     if delta is not None:
         c["delta"] = delta
-    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "a",
-            "choices": [c]}  # fmt: skip
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "a",
+        "choices": [c],
+    }
 
 
 OPENER = chunk({"role": "assistant", "content": ""})
@@ -102,8 +107,9 @@ async def _aresponses_stream(policy: Any, mode: str) -> list[Any]:
 
 
 def _falls_back(server: FaultServer, events: list[Any], mode: str, *, done: bool = True) -> None:
-    server.script({"models": {"a": [{"kind": "sse", "events": events, "done": done}],
-                              "b": [FALLBACK]}})  # fmt: skip
+    server.script(
+        {"models": {"a": [{"kind": "sse", "events": events, "done": done}], "b": [FALLBACK]}}
+    )
     policy = chain("a", "b", server=server, max_attempts=1)
     text, _ = _chat_stream(policy, mode)
     assert text == "from b"
@@ -159,8 +165,9 @@ def test_a_responses_stream_completed_without_output_falls_back(
     fault_server: FaultServer, mode: str, done: bool
 ) -> None:
     ev = _created_then_completed_empty()
-    fault_server.script({"models": {"a": [{"kind": "sse", "events": ev, "done": done}],
-                                    "b": [FALLBACK]}})  # fmt: skip
+    fault_server.script(
+        {"models": {"a": [{"kind": "sse", "events": ev, "done": done}], "b": [FALLBACK]}}
+    )
     policy = chain("a", "b", server=fault_server, max_attempts=1)
     assert _responses_stream(policy, mode) == "from b"
     assert fault_server.counts == {"a": 1, "b": 1}
@@ -175,9 +182,14 @@ def test_a_stream_stopped_by_the_content_filter_before_any_content_is_content_fi
 ) -> None:
     """As the same reply without a stream: the turn fails ``content_filtered`` (no
     fallback by default), never a success with nothing in it."""
-    fault_server.script({"models": {"a": [{"kind": "sse",
-                                           "events": [OPENER, chunk({}, "content_filter")]}],
-                                    "b": [FALLBACK]}})  # fmt: skip
+    fault_server.script(
+        {
+            "models": {
+                "a": [{"kind": "sse", "events": [OPENER, chunk({}, "content_filter")]}],
+                "b": [FALLBACK],
+            }
+        }
+    )
     policy = chain("a", "b", server=fault_server, max_attempts=1)
     if "wrapper" in mode:
         with pytest.raises(TurnFailed) as e:
@@ -188,6 +200,47 @@ def test_a_stream_stopped_by_the_content_filter_before_any_content_is_content_fi
         with pytest.raises(openai.InternalServerError) as h:
             _chat_stream(policy, mode)
         assert h.value.status_code == 502 and "content_filtered" in str(h.value)
+    assert fault_server.counts == {"a": 1}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "reply"])
+@pytest.mark.parametrize("mode", ["wrapper", "http_client"])
+def test_a_responses_reply_the_content_filter_stopped_with_nothing_said_is_content_filtered(
+    fault_server: FaultServer, mode: str, stream: bool
+) -> None:
+    """``incomplete`` for the content filter (not the caller's token limit), no output:
+    as chat's ``content_filter`` finish, the turn fails ``content_filtered``."""
+    stopped = {
+        **response_body("incomplete", []),
+        "incomplete_details": {"reason": "content_filter"},
+    }
+    events = [
+        {"type": "response.created", "response": response_body("in_progress", [])},
+        {"type": "response.incomplete", "response": stopped},
+    ]
+    step = (
+        {"kind": "sse", "events": events}
+        if stream
+        else {"kind": "status", "status": 200, "body": stopped}
+    )
+    fault_server.script({"models": {"a": [step], "b": [FALLBACK]}})
+    policy = chain("a", "b", server=fault_server, max_attempts=1)
+    if mode == "wrapper":
+        with Fallgate(policy) as gate, pytest.raises(TurnFailed) as e:
+            if stream:
+                list(gate.responses.create(input="x", stream=True))
+            else:
+                gate.responses.create(input="x")
+        assert e.value.last_outcome is not None
+        assert e.value.last_outcome.kind is OutcomeKind.CONTENT_FILTERED
+    else:
+        with openai.OpenAI(api_key="x", http_client=http_client(policy), max_retries=0) as sdk:
+            with pytest.raises(openai.InternalServerError) as h:
+                if stream:
+                    list(sdk.responses.create(model="a", input="x", stream=True))
+                else:
+                    sdk.responses.create(model="a", input="x")
+        assert "content_filtered" in str(h.value)
     assert fault_server.counts == {"a": 1}
 
 
@@ -210,8 +263,7 @@ def test_a_stream_stopped_at_the_token_limit_before_any_content_is_an_empty_repl
     without a stream is an empty answer too (`calls.check_completion`)."""
     empty = {"kind": "answer", "text": "", "finish_reason": "length"}
     ev = [OPENER, chunk({}, "length")]
-    fault_server.script({"models": {"a": [{"kind": "sse", "events": ev}, empty],
-                                    "b": [FALLBACK]}})  # fmt: skip
+    fault_server.script({"models": {"a": [{"kind": "sse", "events": ev}, empty], "b": [FALLBACK]}})
     policy = chain("a", "b", server=fault_server, max_attempts=1)
     text, chunks = _chat_stream(policy, mode)
     assert text == "" and chunks[-1].choices[0].finish_reason == "length"
@@ -227,12 +279,13 @@ def test_a_stream_stopped_at_the_token_limit_before_any_content_is_an_empty_repl
 @pytest.mark.parametrize("mode", MODES)
 def test_a_streamed_audio_reply_reaches_the_caller(fault_server: FaultServer, mode: str) -> None:
     ev = [
-        chunk({"role": "assistant", "content": None,
-               "audio": {"id": "audio_1", "transcript": "Hel"}}),
+        chunk(
+            {"role": "assistant", "content": None, "audio": {"id": "audio_1", "transcript": "Hel"}}
+        ),
         chunk({"audio": {"transcript": "lo", "data": "UklGRg=="}}),
         chunk({"audio": {"expires_at": 1, "data": "AAAA"}}),
         chunk({}, "stop"),
-    ]  # fmt: skip
+    ]
     fault_server.script({"models": {"a": [{"kind": "sse", "events": ev}], "b": [FALLBACK]}})
     _, chunks = _chat_stream(_policy(fault_server), mode)
     audio = [getattr(c.choices[0].delta, "audio", None) for c in chunks if c.choices]
@@ -252,16 +305,33 @@ def _azure() -> list[Any]:
     ``stop``, then a content-filter annotation of the finished choice (no delta)."""
     az = {"id": "chatcmpl-z", "object": "chat.completion.chunk", "created": 1, "model": "a"}
     return [
-        {**az, "choices": [], "prompt_filter_results": [{"prompt_index": 0,
-                                                         "content_filter_results": CFR}]},
+        {
+            **az,
+            "choices": [],
+            "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": CFR}],
+        },
         OPENER,
         chunk({"content": "Hello"}),
         chunk({}, "stop"),
-        {"id": "", "object": "", "created": 0, "model": "",
-         "choices": [{"index": 0, "finish_reason": None, "content_filter_results": CFR,
-                      "content_filter_offsets": {"check_offset": 0, "start_offset": 0,
-                                                 "end_offset": 5}}]},
-    ]  # fmt: skip
+        {
+            "id": "",
+            "object": "",
+            "created": 0,
+            "model": "",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": None,
+                    "content_filter_results": CFR,
+                    "content_filter_offsets": {
+                        "check_offset": 0,
+                        "start_offset": 0,
+                        "end_offset": 5,
+                    },
+                }
+            ],
+        },
+    ]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -298,13 +368,16 @@ def test_two_choices_end_only_when_both_finished(fault_server: FaultServer) -> N
     """n=2: choice 0 finishes, choice 1 has only opened when the stream is cut: the
     answer had not ended (the turn fails interrupted, nothing is called whole)."""
     two = [
-        {**OPENER, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                "finish_reason": None},
-                               {"index": 1, "delta": {"role": "assistant", "content": ""},
-                                "finish_reason": None}]},
+        {
+            **OPENER,
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None},
+                {"index": 1, "delta": {"role": "assistant", "content": ""}, "finish_reason": None},
+            ],
+        },
         chunk({"content": "zero"}),
         chunk({}, "stop"),
-    ]  # fmt: skip
+    ]
     fault_server.script({"models": {"a": [{"kind": "sse", "events": two, "done": False}]}})
     with pytest.raises(TurnFailed) as e:
         _chat_stream(_policy(fault_server, "a"), "wrapper")

@@ -120,9 +120,14 @@ def test_a_silent_target_cut_at_the_deadline_is_reported_as_the_deadlines_cut(fa
     silent = {"kind": "timeout", "seconds": 5}
     fault_server.script({"models": {"m0": [silent, silent]}})
     policy = chain(
-        "m0", server=fault_server, max_attempts=2, recover_transport=False,
-        deadline=1.5, attempt_timeout=1, backoff={"initial": 0.01, "cap": 0.01},
-    )  # fmt: skip
+        "m0",
+        server=fault_server,
+        max_attempts=2,
+        recover_transport=False,
+        deadline=1.5,
+        attempt_timeout=1,
+        backoff={"initial": 0.01, "cap": 0.01},
+    )
     with Fallgate(policy) as gate, pytest.raises(TurnFailed) as failed:
         gate.chat.completions.create(messages=MSG)
     details = [str(e.detail) for e in failed.value.trace if e.source == "primary"]
@@ -155,12 +160,21 @@ def hung_connect() -> Iterator[str]:
 
 
 def _connect_policy(base_url: str) -> Policy:
-    return Policy.from_dict({
-        "primary": {"provider": "fault", "model": "p", "base_url": base_url,
-                    "api_key": "sk-test-000000000000"},
-        "deadline": 1.2, "attempt_timeout": 1, "connect_timeout": 0.3, "max_attempts": 1,
-        "recover_transport": False,
-    })  # fmt: skip
+    return Policy.from_dict(
+        {
+            "primary": {
+                "provider": "fault",
+                "model": "p",
+                "base_url": base_url,
+                "api_key": "sk-test-000000000000",
+            },
+            "deadline": 1.2,
+            "attempt_timeout": 1,
+            "connect_timeout": 0.3,
+            "max_attempts": 1,
+            "recover_transport": False,
+        }
+    )
 
 
 def _sync(policy: Policy) -> None:
@@ -188,9 +202,10 @@ def _http_client(policy: Policy) -> None:
 
 
 @pytest.mark.parametrize(
-    "call", [_sync, _sync_stream, _async, _http_client],
+    "call",
+    [_sync, _sync_stream, _async, _http_client],
     ids=["sync", "sync-stream", "async", "http_client"],
-)  # fmt: skip
+)
 def test_a_hung_connect_is_named_as_the_connect_timeout(
     hung_connect: str, call: Callable[[Policy], None]
 ) -> None:
@@ -208,9 +223,11 @@ def test_a_hung_connect_is_named_as_the_connect_timeout(
 
 INPUTS = [f"doc {i}" for i in range(5)]
 ONE_VECTOR = {
-    "object": "list", "model": "a", "usage": {"prompt_tokens": 5, "total_tokens": 5},
+    "object": "list",
+    "model": "a",
+    "usage": {"prompt_tokens": 5, "total_tokens": 5},
     "data": [{"object": "embedding", "index": 0, "embedding": [0.6, 0.8]}],
-}  # fmt: skip
+}
 
 
 def _embeddings_policy(srv: FaultServer) -> Policy:
@@ -237,9 +254,10 @@ def _embed_http_client(policy: Policy, inputs: Any) -> Any:
 
 
 EMBEDDERS = pytest.mark.parametrize(
-    "embed", [_embed_wrapper, _embed_async, _embed_http_client],
+    "embed",
+    [_embed_wrapper, _embed_async, _embed_http_client],
     ids=["wrapper", "async", "http_client"],
-)  # fmt: skip
+)
 
 
 @EMBEDDERS
@@ -247,9 +265,13 @@ def test_one_vector_for_five_inputs_is_a_malformed_reply_and_the_fallback_answer
     fault_server: FaultServer, embed: Callable[[Policy, Any], Any]
 ) -> None:
     fault_server.script(
-        {"models": {"a": [{"kind": "status", "status": 200, "body": ONE_VECTOR}],
-                    "b": [{"kind": "answer"}]}}
-    )  # fmt: skip
+        {
+            "models": {
+                "a": [{"kind": "status", "status": 200, "body": ONE_VECTOR}],
+                "b": [{"kind": "answer"}],
+            }
+        }
+    )
     with instant_waits():
         reply = embed(_embeddings_policy(fault_server), INPUTS)
     assert [r.model for r in fault_server.requests] == ["a", "b"]
@@ -261,9 +283,13 @@ def test_one_vector_for_one_input_is_the_answer(
     fault_server: FaultServer, embed: Callable[[Policy, Any], Any]
 ) -> None:
     fault_server.script(
-        {"models": {"a": [{"kind": "status", "status": 200, "body": ONE_VECTOR}],
-                    "b": [{"kind": "answer"}]}}
-    )  # fmt: skip
+        {
+            "models": {
+                "a": [{"kind": "status", "status": 200, "body": ONE_VECTOR}],
+                "b": [{"kind": "answer"}],
+            }
+        }
+    )
     with instant_waits():
         reply = embed(_embeddings_policy(fault_server), "one doc")
     assert [r.model for r in fault_server.requests] == ["a"]
@@ -285,16 +311,31 @@ def test_the_short_batch_is_named_in_the_fallback_reason(fault_server: FaultServ
 
 
 def _chunk(delta: dict[str, Any]) -> dict[str, Any]:
-    return {"id": "chatcmpl-a", "object": "chat.completion.chunk", "created": 1, "model": "a",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}  # fmt: skip
+    return {
+        "id": "chatcmpl-a",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "a",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+    }
 
 
 TOOL_CUT = [
     _chunk({"role": "assistant", "content": None}),
-    _chunk({"tool_calls": [{"index": 0, "id": "call_A", "type": "function",
-                            "function": {"name": "get_weather", "arguments": ""}}]}),
+    _chunk(
+        {
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "call_A",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": ""},
+                }
+            ]
+        }
+    ),
     _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}),
-]  # fmt: skip
+]
 WEATHER = {"name": "get_weather", "parameters": {"type": "object"}}
 TOOLS = [{"type": "function", "function": WEATHER}]
 
@@ -330,9 +371,13 @@ def test_a_tool_call_stream_cut_mid_arguments_fails_at_its_break_with_true_reaso
     the turn fails with the cut as its error; the primary was asked once, the fallback
     never, and the reasons say exactly that (no "bad_request" attempts)."""
     fault_server.script(
-        {"models": {"a": [{"kind": "sse", "events": TOOL_CUT, "done": False}],
-                    "b": [{"kind": "answer"}]}}
-    )  # fmt: skip
+        {
+            "models": {
+                "a": [{"kind": "sse", "events": TOOL_CUT, "done": False}],
+                "b": [{"kind": "answer"}],
+            }
+        }
+    )
     policy = chain(
         {"model": "a", "assistant_prefix": True},
         {"model": "b", "assistant_prefix": True},
@@ -350,3 +395,23 @@ def test_a_tool_call_stream_cut_mid_arguments_fails_at_its_break_with_true_reaso
     assert "cannot be continued" in str(failed)
     visited = [e.dest for e in failed.trace]
     assert "fallback_1_continuing" not in visited and visited[-1] == "failed"
+
+
+@EMBEDDERS
+def test_two_vectors_for_one_input_twice_are_no_answer_for_two_inputs(
+    fault_server: FaultServer, embed: Callable[[Policy, Any], Any]
+) -> None:
+    """Two vectors for two inputs, but both say they are input 0: input 1 has none."""
+    twice = {**ONE_VECTOR, "data": ONE_VECTOR["data"] * 2}
+    fault_server.script(
+        {
+            "models": {
+                "a": [{"kind": "status", "status": 200, "body": twice}],
+                "b": [{"kind": "answer"}],
+            }
+        }
+    )
+    with instant_waits():
+        reply = embed(_embeddings_policy(fault_server), ["x", "y"])
+    assert [r.model for r in fault_server.requests] == ["a", "b"]
+    assert sorted(d.index for d in reply.data) == [0, 1]

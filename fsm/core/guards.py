@@ -453,6 +453,8 @@ def _abort(s: TurnState, arg: int) -> Action:
         s.health.released(s.target.key, s.owner, s.at)
     if s.outcome is None or s.outcome.kind is not OutcomeKind.CANCELLED:
         s.outcome = CANCELLED_OUTCOME
+    elif s.outcome.partial is not None and s.partial is None:
+        s.partial = s.outcome.partial  # a stream cancelled once it had delivered: its text
     return Fail(s.failure("cancelled", ABORTED))
 
 

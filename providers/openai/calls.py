@@ -129,6 +129,14 @@ def check_response(reply: Any) -> None:
         raise MalformedReply(f"a response that never completed (status {reply.status!r})")
     if reply.status in (None, "completed") and not reply.output:
         raise MalformedReply("a completed response without any output")
+    if reply.status == "incomplete" and not reply.output and _filtered(reply):
+        raise content_filter_error(reply)  # as a chat reply's `content_filter` finish
+
+
+def _filtered(reply: Any) -> bool:
+    """Did an ``incomplete`` Responses reply stop at the content filter (not the caller's
+    token limit)?"""
+    return bool(_field(_field(reply, "incomplete_details"), "reason") == "content_filter")
 
 
 # -- streams: one rule for every reader -----------------------------------------------------
@@ -267,9 +275,12 @@ class StreamRule:
                 error = {"code": _field(event, "code"), "message": _field(event, "message")}
             raise FailedReply(error)
         if kind in ENDINGS:
-            if judge and not said and kind == "response.completed":
-                if not _field(_field(event, "response"), "output"):
+            response = _field(event, "response")
+            if judge and not said and not _field(response, "output"):
+                if kind == "response.completed":
                     raise MalformedReply("the stream completed without any output")
+                if _filtered(response):
+                    raise content_filter_error(None)  # as the same reply without a stream
             return True, True
         # an empty delta says nothing (as an empty chat chunk): it does not commit
         return kind in OUTPUT_DELTAS and bool(_field(event, "delta")), False
@@ -302,6 +313,17 @@ def check_embeddings(reply: Any, inputs: int | None = None) -> None:
         raise MalformedReply(
             f"an embeddings reply with {len(reply.data)} vector(s) for {inputs} inputs"
         )
+    if inputs is not None and inputs > 1:
+        indexes = sorted(int(d.index) for d in reply.data if _is_index(d))
+        if indexes != list(range(inputs)):
+            raise MalformedReply(
+                f"an embeddings reply whose vectors are not one per input (indexes "
+                f"{indexes[:8]}{'...' if len(indexes) > 8 else ''} for {inputs} inputs)"
+            )
+
+
+def _is_index(d: Any) -> bool:
+    return isinstance(getattr(d, "index", None), int)
 
 
 def embedding_inputs(request: Mapping[str, Any] | None) -> int | None:

@@ -372,9 +372,14 @@ class ChatDelivery(Delivery):
         the logprobs of the tokens cut away dropped with them."""
         copy = event.model_copy(deep=True)
         for choice in copy.choices:
-            if choice.delta is not None and isinstance(choice.delta.content, str):
-                cut = len(choice.delta.content) - len(text)
+            content = choice.delta.content if choice.delta is not None else None
+            if isinstance(content, str):
+                cut = len(content) - len(text)
                 choice.delta.content, text = text, ""
+                _drop_logprobs(choice, cut)
+            elif isinstance(content, list):  # content parts: their text trimmed from the front
+                cut = sum(len(_part_text(p)) for p in content) - len(text)
+                choice.delta.content, text = _parts_past(content, cut), ""
                 _drop_logprobs(choice, cut)
         return copy
 
@@ -582,6 +587,21 @@ def _past(tokens: list[Any], cut: int) -> list[Any]:
         cut -= len(getattr(tokens[at], "token", "") or "")
         at += 1
     return tokens[at:]
+
+
+def _parts_past(parts: list[Any], cut: int) -> list[Any]:
+    """Content `parts` less the first `cut` characters of their text (a text part cut
+    away whole is dropped; other parts are kept)."""
+    out = []
+    for part in parts:
+        text = _part_text(part)
+        if cut > 0 and text:
+            if cut >= len(text):
+                cut -= len(text)
+                continue
+            part, cut = {**part, "text": text[cut:]}, 0
+        out.append(part)
+    return out
 
 
 def _part_text(part: Any) -> str:

@@ -213,10 +213,12 @@ class Models(_Sync):
 
     def list(self) -> SyncPage[Model]:
         """Every entry of the chain, in order, as the SDK's `Model` (``owned_by``: provider)."""
+        self._gate._pool.check_open()  # a closed client answers nothing (`ClientClosed`)
         return SyncPage[Model].construct(data=model_objects(self._gate.policy), object="list")
 
     def retrieve(self, model: str) -> Model:
         """One entry (by model, provider/model or target name); else `ValueError`."""
+        self._gate._pool.check_open()
         return self._gate._chains.model(model)
 
 
@@ -357,7 +359,9 @@ class AsyncModels(_Async):
     _path, _here = "models", "list, retrieve"
 
     def list(self) -> AsyncModelList:
+        self._gate._pool.check_open()  # a closed client answers nothing (`ClientClosed`)
         return AsyncModelList(model_objects(self._gate.policy))
 
     async def retrieve(self, model: str) -> Model:
+        self._gate._pool.check_open()
         return self._gate._chains.model(model)
