@@ -39,6 +39,7 @@ from .calls import OUTPUT_DELTAS, STREAMS
 from .exceptions import MalformedReply, StreamInterrupted
 from .http.phases import AttemptTimeout
 from .http.transport import timeout_errors, transport_errors
+from .seams import SEAM_WINDOW, drop_logprobs, may_repeat, part_text, parts_past, past, repeat
 from .usage import Usage, usage_of
 
 __all__ = ["ChatDelivery", "Delivery", "NotContinuable", "ResponsesDelivery", "delivery_for"]
@@ -47,14 +48,6 @@ __all__ = ["ChatDelivery", "Delivery", "NotContinuable", "ResponsesDelivery", "d
 class NotContinuable(Exception):
     """The engine asked to continue a stream that a text prefix cannot continue: the
     attempt is not sent (it fails as this, a bad request, and the turn moves on)."""
-
-
-#: A continuation's text that repeats the end of what was delivered is trimmed at the
-#: seam when the repeat is this many characters at least (or the whole delivered text):
-#: a shorter match may be the answer itself (" the" after " the").
-SEAM_MIN = 8
-#: How much of the delivered text's end a repeat is looked for in (characters).
-SEAM_WINDOW = 4096
 
 
 class Delivery:
@@ -198,9 +191,9 @@ class Delivery:
         seam = self.seam
         assert seam is not None
         said = "".join(self.text_of(e) for e in self.pending)
-        if not final and _may_repeat(seam, said):
+        if not final and may_repeat(seam, said):
             return []
-        cut = _repeat(seam, said)
+        cut = repeat(seam, said)
         self.seams.append((len(self.text), cut))
         self.seam = None
         out, self.pending = self.pending, []
@@ -289,25 +282,6 @@ def _cuts() -> tuple[type[BaseException], ...]:
     return (openai.APIConnectionError, AttemptTimeout, *transport_errors(), *timeout_errors())
 
 
-def _may_repeat(seam: str, said: str) -> bool:
-    """Could `said` still be the start of a repeat of `seam`'s end (one not yet whole)?"""
-    n = len(seam)
-    at = seam.find(said)
-    while at >= 0:
-        if n - at > len(said) and (n - at >= SEAM_MIN or at == 0):
-            return True
-        at = seam.find(said, at + 1)
-    return False
-
-
-def _repeat(seam: str, said: str) -> int:
-    """How many of `said`'s first characters repeat `seam`'s end (0: none, or too few)."""
-    for size in range(min(len(seam), len(said)), 0, -1):
-        if (size >= SEAM_MIN or size == len(seam)) and seam.endswith(said[:size]):
-            return size
-    return 0
-
-
 class ChatDelivery(Delivery):
     """Chat completion chunks (`ChatCompletionChunk`). With several choices (``n``) the
     stream has ended only once every choice it spoke of gave its finish_reason."""
@@ -347,7 +321,7 @@ class ChatDelivery(Delivery):
             if isinstance(content, str):
                 parts.append(content)
             elif isinstance(content, list):  # content parts: their text is what was said
-                parts += (_part_text(part) for part in content)
+                parts += (part_text(part) for part in content)
         return "".join(parts)
 
     def keeps(self, event: Any) -> bool:
@@ -376,11 +350,11 @@ class ChatDelivery(Delivery):
             if isinstance(content, str):
                 cut = len(content) - len(text)
                 choice.delta.content, text = text, ""
-                _drop_logprobs(choice, cut)
+                drop_logprobs(choice, cut)
             elif isinstance(content, list):  # content parts: their text trimmed from the front
-                cut = sum(len(_part_text(p)) for p in content) - len(text)
-                choice.delta.content, text = _parts_past(content, cut), ""
-                _drop_logprobs(choice, cut)
+                cut = sum(len(part_text(p)) for p in content) - len(text)
+                choice.delta.content, text = parts_past(content, cut), ""
+                drop_logprobs(choice, cut)
         return copy
 
     def note(self, event: Any) -> None:
@@ -440,7 +414,7 @@ class ResponsesDelivery(Delivery):
             tokens = getattr(event, "logprobs", None)
             cut = len(event.delta) - len(text)
             if cut > 0 and isinstance(tokens, list):
-                update["logprobs"] = _past(tokens, cut)
+                update["logprobs"] = past(tokens, cut)
             return event.model_copy(update=update)
         return event
 
@@ -487,9 +461,7 @@ class ResponsesDelivery(Delivery):
                     f"the continuation answered with a {what} item, not the rest of the text"
                 )
             first["last"] = extra[event.output_index] = first.get("last", -1) + 1
-            first.setdefault("extra_ids", {})[getattr(item, "id", None)] = extra[
-                event.output_index
-            ]
+            first.setdefault("extra_ids", {})[getattr(item, "id", None)] = extra[event.output_index]
         elif kind in _OPENERS:
             return None
         own, orig = first.get("own"), first.get("item")
@@ -546,6 +518,7 @@ def _message_part(event: Any) -> bool:
     part = getattr(event, "part", None)
     return part is None or getattr(part, "type", None) in ("output_text", "refusal")
 
+
 #: A continuation's events that open what the continued stream opened already.
 _OPENERS = frozenset(
     {
@@ -568,48 +541,6 @@ def _whole_message(item: Any, orig: tuple[str, int] | None, text: str) -> None:
         if getattr(part, "type", None) == "output_text":
             part.text = text
             break
-
-
-def _drop_logprobs(choice: Any, cut: int) -> None:
-    """Drop the first tokens of a chat `choice`'s logprobs that spell its content's first
-    `cut` characters (`_past`)."""
-    logprobs: Any = getattr(choice, "logprobs", None)
-    tokens = getattr(logprobs, "content", None)
-    if cut > 0 and isinstance(tokens, list):
-        logprobs.content = _past(tokens, cut)
-
-
-def _past(tokens: list[Any], cut: int) -> list[Any]:
-    """The logprobs of `tokens` after the first `cut` characters they spell (a token that
-    straddles the cut goes too: it was not delivered whole)."""
-    at = 0
-    while at < len(tokens) and cut > 0:
-        cut -= len(getattr(tokens[at], "token", "") or "")
-        at += 1
-    return tokens[at:]
-
-
-def _parts_past(parts: list[Any], cut: int) -> list[Any]:
-    """Content `parts` less the first `cut` characters of their text (a text part cut
-    away whole is dropped; other parts are kept)."""
-    out = []
-    for part in parts:
-        text = _part_text(part)
-        if cut > 0 and text:
-            if cut >= len(text):
-                cut -= len(text)
-                continue
-            part, cut = {**part, "text": text[cut:]}, 0
-        out.append(part)
-    return out
-
-
-def _part_text(part: Any) -> str:
-    """The text of one content part of a chat delta (``{"type": "text", "text": ...}``;
-    a thinking part says no text)."""
-    if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
-        return str(part["text"])
-    return ""
 
 
 def delivery_for(kind: str | None, kwargs: Any = None) -> Delivery:

@@ -14,7 +14,7 @@ the turn continues it: the engine's next `Attempt` then carries the delivered te
 as its `prefix`, sent as the assistant's message to be continued (on the same target
 or the next that takes a prefix), and the caller's stream goes on with what follows
 (a continuation that starts by repeating the delivered text's end has the repeat
-dropped at the seam: `deliveries.SEAM_MIN`).
+dropped at the seam: `seams.SEAM_MIN`).
 
 Each stream keeps its turn's token usage (`attempts_usage`, `usage`): what
 each attempt's provider reported, a broken attempt's too when it sent any.
