@@ -400,7 +400,9 @@ class TurnState:
             if floor is not None and (targets[j].context_length is None or j in tried):
                 continue  # unknown ones after the known-larger ones; tried ones ahead:
                 # only after a move back, and never again
-            why = self.ineligible(j, now) or member_spends_reserve(self, j)
+            why = self.ineligible(j, now)
+            if why is None and targets[j].group is not None:  # a member: keeps the reserve
+                why = member_spends_reserve(self, j)
             if why is None:
                 found = j
                 break
@@ -411,7 +413,9 @@ class TurnState:
             for j in range(max(start, self.first), len(targets)):
                 if j == cur or j in tried or targets[j].context_length is not None:
                     continue
-                why = self.ineligible(j, now) or member_spends_reserve(self, j)
+                why = self.ineligible(j, now)
+                if why is None and targets[j].group is not None:
+                    why = member_spends_reserve(self, j)
                 if why is None:
                     found = j
                     break
