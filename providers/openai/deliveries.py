@@ -95,8 +95,9 @@ class Delivery:
         self.pending: list[Any] = []
         #: per continuation: (characters delivered before it, characters it repeated)
         self.seams: list[tuple[int, int]] = []
-        #: output other than text was handed (tool calls, a refusal): a prefix of text
-        #: cannot say where such a stream broke, so it is not continued
+        #: output other than text was handed (tool calls, a refusal, audio, content
+        #: parts): a prefix of text cannot say where such a stream broke, so it is not
+        #: continued
         self.other = False
         #: what identifies the stream the caller sees (ids, indexes, the last sequence
         #: number), noted from the events handed; a continuation's are rewritten to it
@@ -224,7 +225,8 @@ class Delivery:
         """Note what identifies the stream from an event handed to the caller."""
 
     def beyond_text(self, event: Any) -> bool:
-        """Does `event` carry output other than text (tool calls, a refusal)?"""
+        """Does `event` carry output other than text (tool calls, a refusal, audio,
+        content parts)?"""
         return False
 
     def check_continuable(self) -> None:

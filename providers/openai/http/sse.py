@@ -13,9 +13,10 @@ any other malformed reply; after, the stream is interrupted (and continued).
 Comments (keep-alives), ``[DONE]`` and events without data pass as they are; only a
 ``data`` payload that is not JSON is judged. A stream sent compressed is not read here.
 The filter also notes when the answer has ended (`stream_ended`: every choice gave its
-finish_reason, or the Responses stream its ``response.completed``): a cut after that
-loses at most a usage chunk or ``[DONE]``, and the embedded HTTP client ends the stream
-there instead of raising to the caller, as the wrapper takes such a stream as whole.
+finish_reason, or the Responses stream its ``response.completed`` or
+``response.incomplete``): a cut after that loses at most a usage chunk or ``[DONE]``,
+and the embedded HTTP client ends the stream there instead of raising to the caller, as
+the wrapper takes such a stream as whole.
 The same transport scrubs the key a request was sent with out of what comes back
 (`scrub`): an error reply's body, a stream's error events.
 """
