@@ -160,3 +160,13 @@ def response_body(status: str, output: list[Any], id: str = "resp_1") -> dict[st
     return {"id": id, "object": "response", "created_at": 1, "model": "a", "status": status,
             "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
             "tools": []}  # fmt: skip
+
+
+def sdk_cut_errors() -> tuple[type[BaseException], ...]:
+    """What the real SDK raises mid-iteration for a stream cut after its commit under
+    `fallgate.http_client`: its connection error on openai 3.x, the HTTP library's own
+    transport error on 2.x."""
+    import openai
+    from fallgate.providers.openai.http.transport import transport_errors
+
+    return (openai.APIConnectionError, *transport_errors())

@@ -25,7 +25,14 @@ from fallgate.providers.testing.fault_server import FaultServer
 
 from fallgate import async_http_client, http_client
 
-from helpers import OUTPUT_TEXT, chain, no_collector_pauses, response_body, response_message
+from helpers import (
+    OUTPUT_TEXT,
+    chain,
+    no_collector_pauses,
+    response_body,
+    response_message,
+    sdk_cut_errors,
+)
 
 WORDS = [f"w{i} " for i in range(10)]
 FULL = "".join(WORDS)
@@ -269,6 +276,6 @@ def test_under_the_http_client_a_cut_before_the_end_still_reaches_the_caller(
     as it would without fallgate, and nothing is sent again."""
     api = "responses" if events[0].get("type") else "chat"
     fault_server.script({"models": {"a": [{"kind": "sse", "events": events, "done": False}]}})
-    with pytest.raises(openai.APIConnectionError):
+    with pytest.raises(sdk_cut_errors()):
         _sdk_stream(chain("a", "b", server=fault_server), "sync", api)
     assert fault_server.counts == {"a": 1}
