@@ -38,6 +38,12 @@ def instant() -> Iterator[None]:
         yield
 
 
+def _broken_then(server: FaultServer, broken: list[Any], then: dict[str, Any]) -> None:
+    """Target ``a`` streams `broken` and is cut; its next attempt (the continuation) is
+    `then`."""
+    server.script({"models": {"a": [{"kind": "sse", "events": broken, "done": False}, then]}})
+
+
 def chunk(delta: dict[str, Any], index: int = 0) -> dict[str, Any]:
     return {
         "id": "chatcmpl-1",
@@ -71,16 +77,7 @@ def test_a_stream_of_content_parts_is_never_replayed_when_it_breaks(
         chunk({"content": [{"type": "text", "text": "The answer "}]}),
         chunk({"content": [{"type": "text", "text": "is 4"}]}),
     ]
-    fault_server.script(
-        {
-            "models": {
-                "a": [
-                    {"kind": "sse", "events": broken, "done": False},
-                    {"kind": "continue", "text": "The answer is 42."},
-                ]
-            }
-        }
-    )
+    _broken_then(fault_server, broken, {"kind": "continue", "text": "The answer is 42."})
     got: dict[int, str] = {}
     with Fallgate(chain({"model": "a", **CAN}, server=fault_server)) as gate:
         with pytest.raises(TurnFailed) as e:
@@ -97,16 +94,7 @@ def test_a_stream_that_asked_for_two_choices_is_not_continued_before_the_second_
     anything: a continuation would hand choice 1 a tail of choice 0's text. The turn fails
     with what was delivered."""
     broken = [chunk({"role": "assistant", "content": "Hello "}), chunk({"content": "wor"})]
-    fault_server.script(
-        {
-            "models": {
-                "a": [
-                    {"kind": "sse", "events": broken, "done": False},
-                    {"kind": "continue", "text": "Hello world!"},
-                ]
-            }
-        }
-    )
+    _broken_then(fault_server, broken, {"kind": "continue", "text": "Hello world!"})
     with Fallgate(chain({"model": "a", **CAN}, server=fault_server)) as gate:
         with pytest.raises(TurnFailed) as e:
             _collect(gate.chat.completions.create(messages=MSG, stream=True, n=2))
@@ -183,16 +171,7 @@ def test_a_function_call_after_the_continued_text_reaches_the_caller(
             response=response_body("completed", [done_msg, FC_DONE], "resp_B"),
         )
     )
-    fault_server.script(
-        {
-            "models": {
-                "a": [
-                    {"kind": "sse", "events": broken, "done": False},
-                    {"kind": "sse", "events": cont},
-                ]
-            }
-        }
-    )
+    _broken_then(fault_server, broken, {"kind": "sse", "events": cont})
     with Fallgate(chain({"model": "a", **CAN}, server=fault_server)) as gate:
         with gate.responses.stream(input="weather?", tools=TOOLS) as stream:  # type: ignore[arg-type]
             events = list(stream)
@@ -217,16 +196,7 @@ def test_a_continuation_that_answers_with_a_call_instead_of_the_text_is_no_conti
     cont.append(
         _ev("response.completed", 5, response=response_body("completed", [FC_DONE], "resp_B"))
     )
-    fault_server.script(
-        {
-            "models": {
-                "a": [
-                    {"kind": "sse", "events": broken, "done": False},
-                    {"kind": "sse", "events": cont},
-                ]
-            }
-        }
-    )
+    _broken_then(fault_server, broken, {"kind": "sse", "events": cont})
     with Fallgate(chain({"model": "a", **CAN}, server=fault_server, max_attempts=2)) as gate:
         with pytest.raises(TurnFailed) as e:
             with gate.responses.stream(input="weather?", tools=TOOLS) as stream:  # type: ignore[arg-type]
@@ -247,16 +217,7 @@ def test_a_responses_stream_cut_after_its_text_part_closed_is_not_continued(
         _ev("response.output_text.done", 4, text="Done.", logprobs=[], **at),
         _ev("response.content_part.done", 5, part={**OUTPUT_TEXT, "text": "Done."}, **at),
     ]
-    fault_server.script(
-        {
-            "models": {
-                "a": [
-                    {"kind": "sse", "events": ev, "done": False},
-                    {"kind": "continue", "text": "Done. And more."},
-                ]
-            }
-        }
-    )
+    _broken_then(fault_server, ev, {"kind": "continue", "text": "Done. And more."})
     kinds: list[str] = []
     with Fallgate(chain({"model": "a", **CAN}, server=fault_server)) as gate:
         with pytest.raises(TurnFailed) as e:
@@ -293,16 +254,7 @@ def test_the_repeat_trimmed_at_a_seam_takes_its_tokens_logprobs_with_it(
         _lp_chunk("brown fox jumps.", ["brown", " fox", " ", "jumps", "."]),
         _lp_chunk(None, [], "stop"),
     ]
-    fault_server.script(
-        {
-            "models": {
-                "a": [
-                    {"kind": "sse", "events": broken, "done": False},
-                    {"kind": "sse", "events": cont},
-                ]
-            }
-        }
-    )
+    _broken_then(fault_server, broken, {"kind": "sse", "events": cont})
     text, tokens = "", []
     with Fallgate(chain({"model": "a", **CAN}, server=fault_server)) as gate:
         stream = gate.chat.completions.create(messages=MSG, logprobs=True, stream=True)
@@ -350,16 +302,7 @@ def test_a_reasoning_items_closed_part_does_not_close_the_message(
         _ev("response.output_text.delta", 9 + i, delta=w, logprobs=[], **at)
         for i, w in enumerate(words[:4])
     ]
-    fault_server.script(
-        {
-            "models": {
-                "a": [
-                    {"kind": "sse", "events": ev, "done": False},
-                    {"kind": "continue", "text": "".join(words)},
-                ]
-            }
-        }
-    )
+    _broken_then(fault_server, ev, {"kind": "continue", "text": "".join(words)})
     with Fallgate(chain({"model": "a", **CAN}, server=fault_server)) as gate:
         with gate.responses.stream(input="x") as stream:
             list(stream)
@@ -408,16 +351,7 @@ def test_the_repeat_trimmed_at_a_responses_seam_takes_its_logprobs_with_it(
     ]
     done = response_message("brown fox jumps.", "completed", "msg_B")
     cont.append(_ev("response.completed", 4, response=response_body("completed", [done], "resp_B")))
-    fault_server.script(
-        {
-            "models": {
-                "a": [
-                    {"kind": "sse", "events": broken, "done": False},
-                    {"kind": "sse", "events": cont},
-                ]
-            }
-        }
-    )
+    _broken_then(fault_server, broken, {"kind": "sse", "events": cont})
     text, tokens = "", []
     with Fallgate(chain({"model": "a", **CAN}, server=fault_server)) as gate:
         for e in gate.responses.create(input="x", stream=True):
@@ -468,16 +402,7 @@ def test_a_continuation_of_content_parts_has_its_repeat_trimmed_at_the_seam(
         chunk({"content": [{"type": "text", "text": "wonderful world!"}]}),
         {**chunk({}), "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
     ]
-    fault_server.script(
-        {
-            "models": {
-                "a": [
-                    {"kind": "sse", "events": broken, "done": False},
-                    {"kind": "sse", "events": parts},
-                ]
-            }
-        }
-    )
+    _broken_then(fault_server, broken, {"kind": "sse", "events": parts})
     with Fallgate(chain({"model": "a", **CAN}, server=fault_server)) as gate:
         stream = gate.chat.completions.create(messages=MSG, stream=True)
         got = _collect(stream)

@@ -47,7 +47,7 @@ def _malformed(what: str, reply: Any) -> MalformedReply:
     return MalformedReply(f"{text} {shown!r}" if shown else text)
 
 
-def check_completion(reply: Any) -> None:
+def check_completion(reply: Any, request: Mapping[str, Any] | None = None) -> None:
     """A chat completion with choices; a content-filtered one is raised as the SDK's
     `ContentFilterFinishReasonError` (classified `content_filtered`)."""
     if not isinstance(reply, ChatCompletion):
@@ -113,7 +113,7 @@ def _unusable(choice: Any) -> str:
     return "a chat completion whose message is empty (no content, refusal or tool call)"
 
 
-def check_response(reply: Any) -> None:
+def check_response(reply: Any, request: Mapping[str, Any] | None = None) -> None:
     """A Responses API ``response``; one whose status is ``failed`` is a `FailedReply`."""
     if not isinstance(reply, Response):
         raise _malformed("a response", reply)
@@ -301,10 +301,11 @@ _ENDED = frozenset({"completed", "incomplete"})
 _RUNNING = frozenset({"queued", "in_progress"})
 
 
-def check_embeddings(reply: Any, inputs: int | None = None) -> None:
-    """A list of embeddings, not empty; one per input when the request's count of
-    `inputs` is known (`embedding_inputs`): a reply with fewer or more vectors than
+def check_embeddings(reply: Any, request: Mapping[str, Any] | None = None) -> None:
+    """A list of embeddings, not empty; one per input when the `request`'s count of
+    inputs is known (`embedding_inputs`): a reply with fewer or more vectors than
     inputs cannot be the answer to the request (a truncated batch would misalign them)."""
+    inputs = embedding_inputs(request)
     if not isinstance(reply, CreateEmbeddingResponse):
         raise _malformed("a list of embeddings", reply)
     if not isinstance(reply.data, list) or not reply.data:
@@ -348,7 +349,8 @@ class Op:
     name: str
     resource: tuple[str, ...]
     method: str
-    check: Callable[[Any], None] = attrs.field(repr=False)
+    #: the reply's check, given the caller's request too (what it asked for)
+    check: Callable[[Any, Mapping[str, Any] | None], None] = attrs.field(repr=False)
     required: str | None = None  # the argument without which the SDK call is meaningless
     streams: str | None = None  # how its streams commit ("chat", "responses"); None: no stream
     raw: bool = False
@@ -369,11 +371,11 @@ class Op:
         method: Callable[..., Any] = getattr(obj, self.method)
         return method
 
-    def accept(self, reply: Any) -> Any:
-        """The SDK object inside `reply` (a raw response is parsed), once checked;
-        raises what the turn classifies when the reply is not usable."""
+    def accept(self, reply: Any, request: Mapping[str, Any] | None = None) -> Any:
+        """The SDK object inside `reply` (a raw response is parsed), once checked against
+        the caller's `request`; raises what the turn classifies when it is not usable."""
         parsed = reply.parse() if self.raw else reply
-        self.check(parsed)
+        self.check(parsed, request)
         return parsed
 
 

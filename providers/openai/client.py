@@ -43,8 +43,6 @@ from .calls import (
     Call,
     Op,
     caller_mistake,
-    check_embeddings,
-    embedding_inputs,
     prepare,
 )
 from .chain import Chains
@@ -383,9 +381,7 @@ class Fallgate(_Base[ClientFactory, ClientPool]):
                     bound = attempt_bound(call.policy, a, issued=handed)
                     with self._admission.admitted(bound, a.until_deadline), bounded(bound):
                         reply = self._send(call, client, a)
-                        parsed = call.op.accept(reply)
-                        if call.op.operation == "embeddings":  # one vector per input
-                            check_embeddings(parsed, embedding_inputs(call.kwargs))
+                        parsed = call.op.accept(reply, call.kwargs)
                         used = usage_of(parsed)
                         ledger.note(used)
             finally:
@@ -495,9 +491,7 @@ class AsyncFallgate(_Base[AsyncClientFactory, AsyncClientPool]):
                 try:
                     async with abounded(bound, backstop=not lease.bounded):
                         reply = await self._send(call, client, a)
-                        parsed = call.op.accept(reply)
-                        if call.op.operation == "embeddings":  # one vector per input
-                            check_embeddings(parsed, embedding_inputs(call.kwargs))
+                        parsed = call.op.accept(reply, call.kwargs)
                         used = usage_of(parsed)
                         ledger.note(used)
                     ok = True

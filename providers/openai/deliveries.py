@@ -263,7 +263,7 @@ class Delivery:
         """Did only the stream's close fail (`e`, a cut or a timer of the transport) after
         its proper end came (chat: a finish_reason; Responses: ``response.completed``)?
         Then the answer is whole: at most a usage chunk or ``[DONE]`` was lost."""
-        return self.finished and self.committed and isinstance(e, _cuts())
+        return self.finished and self.committed and isinstance(e, cut_errors())
 
     def failure(self, e: BaseException) -> BaseException:
         """What the attempt that just broke comes to. Once this attempt handed output
@@ -277,7 +277,7 @@ class Delivery:
         return StreamInterrupted(self.text, self.count, e)
 
 
-def _cuts() -> tuple[type[BaseException], ...]:
+def cut_errors() -> tuple[type[BaseException], ...]:
     """A stream's connection failing, or a timer of its transport: the SDK's connection
     error (its timeout among them), the HTTP libraries' transport errors and timeouts,
     an attempt bound; never an error the stream itself sent."""

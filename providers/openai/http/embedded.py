@@ -39,6 +39,7 @@ from ....fsm.core.turn import Hook
 from ....fsm.host.drivers import check_health
 from ....fsm.kinds import Outcome
 from ..chain import Chains
+from ..deliveries import cut_errors
 from ..exceptions import ClientClosed, classifier_for
 from . import transport
 from .bounds import (
@@ -208,19 +209,20 @@ def _library_error(e: AttemptTimeout | BodyTooLarge) -> BaseException:
     return cause if cause is not None else e
 
 
-def _cut_after_end(reply: Any, e: BaseException) -> bool:
-    """Was `e` a cut (the connection, or the idle bound) after the stream had said its
-    answer's end (`sse.stream_ended`)? Then the answer is whole, as the wrapper takes it:
-    the stream ends there for the SDK (a usage chunk or ``[DONE]`` was all it lost)."""
-    cuts: tuple[type[BaseException], ...] = (
-        AttemptTimeout,
-        *transport.transport_errors(),
-        *transport.timeout_errors(),
-    )
-    if not (isinstance(e, cuts) and stream_ended(reply)):
-        return False
-    logger.info("fallgate: a stream cut after its end (%s); its answer is whole", type(e).__name__)
-    return True
+def _ended_or_raise(reply: Any, e: Exception) -> None:
+    """A committed stream's read failed with `e`. A cut (the connection, or the idle
+    bound: `deliveries.cut_errors`) after the stream had said its answer's end
+    (`sse.stream_ended`) leaves the answer whole, as the wrapper takes it: return, and the
+    stream ends there for the SDK (a usage chunk or ``[DONE]`` was all it lost). Anything
+    else reaches the SDK: a tripped bound as the HTTP library's own error."""
+    if isinstance(e, cut_errors()) and stream_ended(reply):
+        logger.info(
+            "fallgate: a stream cut after its end (%s); its answer is whole", type(e).__name__
+        )
+        return
+    if isinstance(e, AttemptTimeout | BodyTooLarge):
+        raise _library_error(e) from None
+    raise e
 
 
 def _failed(gate: _Gate, e: TurnFailed, turn: _Turn, request: Any) -> Any:
@@ -265,11 +267,8 @@ class _Replayed(transport.http.SyncByteStream):  # type: ignore[misc]
             except StopIteration:
                 return
             except Exception as e:
-                if _cut_after_end(self._reply, e):
-                    return
-                if isinstance(e, AttemptTimeout | BodyTooLarge):
-                    raise _library_error(e) from None
-                raise
+                _ended_or_raise(self._reply, e)
+                return
             fresh = b"data" in chunk  # a keep-alive comment does not restart it
             yield chunk
 
@@ -412,11 +411,8 @@ class _AsyncReplayed(transport.http.AsyncByteStream):  # type: ignore[misc]
             except StopAsyncIteration:
                 return
             except Exception as e:
-                if _cut_after_end(self._reply, e):
-                    return
-                if isinstance(e, AttemptTimeout | BodyTooLarge):
-                    raise _library_error(e) from None
-                raise
+                _ended_or_raise(self._reply, e)
+                return
             fresh = b"data" in chunk
             yield chunk
 

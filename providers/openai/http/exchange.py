@@ -30,7 +30,7 @@ from openai.types.responses import Response as ResponsesReply
 
 from ....fsm import Policy, TurnFailed
 from ....fsm.core.actions import Attempt
-from ..calls import check_completion, check_embeddings, check_response, embedding_inputs
+from ..calls import check_completion, check_embeddings, check_response
 from ..chain import Chains, model_objects
 from . import transport
 from .timeouts import engine_phases
@@ -71,7 +71,7 @@ _OPENAI_HOSTS = frozenset({"api.openai.com"})
 #: Headers of a reply that no longer hold once its body was read (and decoded).
 _STALE = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 #: What a 2xx reply on an endpoint must be for the turn to accept it.
-_CHECKS: dict[str, tuple[Any, Callable[[Any], None]]] = {
+_CHECKS: dict[str, tuple[Any, Callable[[Any, Any], None]]] = {
     "/chat/completions": (ChatCompletion, check_completion),
     "/responses": (ResponsesReply, check_response),
     "/embeddings": (CreateEmbeddingResponse, check_embeddings),
@@ -201,17 +201,14 @@ class Exchange:
         data = json.loads(content)  # a JSONDecodeError is a malformed reply
         if not isinstance(data, dict):
             check = shape[1]
-            check(data)
+            check(data, self.payload)
             return
         model, check = shape
         try:  # a well-formed reply: pydantic-core's validation, some 50 us less per turn
             reply = model.model_validate(data)  # than `construct`, which is pure Python
         except ValueError:  # any shape the SDK takes, as the SDK reads it (not validated)
             reply = model.construct(**data)
-        if check is check_embeddings:  # one vector per input of the caller's request
-            check_embeddings(reply, embedding_inputs(self.payload))
-            return
-        check(reply)
+        check(reply, self.payload)  # against the caller's request (embeddings: one per input)
 
 
 _PHASES = ("connect", "read", "write", "pool")
