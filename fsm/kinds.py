@@ -72,9 +72,11 @@ class Outcome:
     client was busy), or the timer that ended it fired long past its due time (the
     process was starved, so whatever the target did went unobserved). The adapter sets
     it on transport faults; what it changes: `fsm.kinds.Traits.connection_level`.
-    `unsendable`: the host refused to send the attempt for a reason of the request's own
-    that no target can change (a broken stream a text prefix cannot carry): nothing was
-    sent, and no other target is tried for it (`TurnState.uncontinuable`).
+    `uncontinuable`: why no target can continue this broken stream, for a reason of the
+    stream's own (it delivered tool calls, asked for several choices, or had reached its
+    end: a text prefix cannot carry it). The host knows it at the break and says so on
+    the break's outcome; the turn then fails there with the delivered text, and no
+    continuation is asked for (`TurnState.uncontinuable`).
     """
 
     kind: OutcomeKind = attrs.field(converter=_outcome_kind)
@@ -83,7 +85,7 @@ class Outcome:
     detail: str = ""
     partial: str | None = None
     client_side: bool = False
-    unsendable: bool = False
+    uncontinuable: str | None = None
     value: Any = attrs.field(default=None, repr=False, eq=False)
     error: BaseException | None = attrs.field(default=None, repr=False, eq=False)
 

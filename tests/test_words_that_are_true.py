@@ -340,10 +340,10 @@ WEATHER = {"name": "get_weather", "parameters": {"type": "object"}}
 TOOLS = [{"type": "function", "function": WEATHER}]
 
 
-def _stream_tools(policy: Policy, flavour: str) -> TurnFailed:
+def _stream_tools(policy: Policy, flavour: str, health: HealthStore | None = None) -> TurnFailed:
     kw: dict[str, Any] = {"messages": MSG, "tools": TOOLS, "stream": True}
     if flavour == "sync":
-        with Fallgate(policy) as gate:
+        with Fallgate(policy, health=health) as gate:
             try:
                 for _ in gate.chat.completions.create(**kw):
                     pass
@@ -352,7 +352,7 @@ def _stream_tools(policy: Policy, flavour: str) -> TurnFailed:
         raise AssertionError("the stream did not fail")
 
     async def main() -> TurnFailed:
-        async with AsyncFallgate(policy) as gate:
+        async with AsyncFallgate(policy, health=health) as gate:
             try:
                 async for _ in await gate.chat.completions.create(**kw):
                     pass
@@ -368,8 +368,10 @@ def test_a_tool_call_stream_cut_mid_arguments_fails_at_its_break_with_true_reaso
     fault_server: FaultServer, flavour: str
 ) -> None:
     """Both targets take an assistant prefix, but a text prefix cannot carry a tool call:
-    the turn fails with the cut as its error; the primary was asked once, the fallback
-    never, and the reasons say exactly that (no "bad_request" attempts)."""
+    the turn fails at the break with the cut as its error; the primary was asked once, the
+    fallback never, and the reasons say exactly that (no "bad_request" attempts). No
+    continuation is asked for: the trace goes from the break straight to `failed`, and no
+    retry token is taken for it."""
     fault_server.script(
         {
             "models": {
@@ -383,9 +385,15 @@ def test_a_tool_call_stream_cut_mid_arguments_fails_at_its_break_with_true_reaso
         {"model": "b", "assistant_prefix": True},
         server=fault_server,
     )
+    health = HealthStore()
     with instant_waits():
-        failed = _stream_tools(policy, flavour)
+        failed = _stream_tools(policy, flavour, health)
     assert [r.model for r in fault_server.requests] == ["a"]
+    edges = [(e.source, e.event, e.dest) for e in failed.trace]
+    assert edges[-1] == ("primary", "stream_interrupted", "failed"), edges
+    assert not any("continuing" in e.dest for e in failed.trace), edges
+    primary = policy.targets[0].key
+    assert health.retry_tokens(primary, policy) == policy.retry_budget.size
     assert failed.last_outcome is not None
     assert failed.last_outcome.kind is OutcomeKind.STREAM_INTERRUPTED
     assert failed.reasons["primary"].startswith("attempted 1x, last: stream_interrupted")

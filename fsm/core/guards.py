@@ -97,10 +97,12 @@ def next_continuing(s: TurnState) -> int:
 def _continue_here(s: TurnState, arg: int) -> bool:
     """Continue the broken stream on the target it broke on: the target takes an
     assistant prefix, is healthy now (no open span, no other turn's probe, a key free),
-    attempts and a retry token are left, and time."""
+    attempts and a retry token are left, and time; and the stream is one a text prefix
+    can carry (`TurnState.uncontinuable`: the host says at the break when it is not)."""
     v = s.visit
     return (
         v.target.continues
+        and s.uncontinuable() is None
         and v.attempts < s.policy.max_attempts
         and may_retry(s)
         and s.target_ready_at(v.index) <= s.at

@@ -28,8 +28,9 @@ def leave(s: TurnState) -> None:
         return
     o = s.outcome
     t = v.target
-    stuck = s.uncontinuable() if s.interruption is not None else None
-    if stuck is not None:  # a continuation refused before it was sent: not an attempt
+    # a continuation the host refused before it was sent: not an attempt of the target's
+    stuck = o.uncontinuable if o is not None and o is not s.interruption else None
+    if stuck is not None:
         made = v.attempts - 1
         s.reasons[t.name] = (made, s.interruption) if made > 0 else f"not tried: {stuck}"
         o = None  # nothing was learnt of the target
@@ -107,7 +108,7 @@ def _unfinished(s: TurnState, broke: Outcome) -> str:
     and summary); what the last continuation met is that target's reason only."""
     here = s.target.name
     stuck = s.uncontinuable()
-    if stuck is not None:  # the stream's own: refused before it was sent, on any target
+    if stuck is not None:  # the stream's own: no target can continue it
         s.outcome = broke
         return f"the stream broke ({s.describe(broke)}) and cannot be continued: {stuck}"
     if s.outcome is broke:

@@ -330,15 +330,17 @@ class TurnState:
         return None
 
     def uncontinuable(self) -> str | None:
-        """Why the broken stream can be continued on no target, when the continuation
-        just fed was refused before it was sent for a reason of the stream's own (it
-        delivered tool calls or a refusal, asked for several choices, or had reached its
-        end: the host marks its outcome `unsendable`); None otherwise. Such a refusal is
-        no attempt of that target's: nothing was sent (`fsm.core.leaving`)."""
-        o = self.outcome
-        if o is None or self.interruption is None or not o.unsendable:
+        """Why the broken stream can be continued on no target, for a reason of the
+        stream's own (it delivered tool calls or a refusal, asked for several choices, or
+        had reached its end): the host says so on the break's outcome, or on a
+        continuation it refused before sending it; None otherwise."""
+        broke = self.interruption
+        if broke is None:
             return None
-        return o.detail or "the stream cannot be continued"
+        if broke.uncontinuable is not None:
+            return broke.uncontinuable
+        o = self.outcome
+        return o.uncontinuable if o is not None else None
 
     def probing(self, j: int, now: float) -> float | None:
         """When another turn's probe lease on target j's half-open breaker ends, if that

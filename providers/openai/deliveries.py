@@ -229,20 +229,29 @@ class Delivery:
         content parts)?"""
         return False
 
-    def check_continuable(self) -> None:
-        """Raise `NotContinuable` when the stream handed output a text prefix cannot
-        carry (the continuation would send it again), or had reached its end."""
+    def uncontinuable(self) -> str | None:
+        """Why a text prefix cannot continue this stream (it handed output the prefix
+        cannot carry, so the continuation would send it again, or it had reached its
+        end); None when it can."""
         if self.ended:
-            raise NotContinuable("the stream reached its end before it broke: nothing follows")
+            return "the stream reached its end before it broke: nothing follows"
         if self.choices > 1:
-            raise NotContinuable(
+            return (
                 "the request asked for several choices (n > 1): a text prefix cannot continue them"
             )
         if self.other:
-            raise NotContinuable(
+            return (
                 "the stream delivered more than text (tool calls, a refusal, content parts): a "
                 "text prefix cannot continue it"
             )
+        return None
+
+    def check_continuable(self) -> None:
+        """Raise `NotContinuable` when a continuation of this stream cannot be sent
+        (`uncontinuable`): the break said so, so the engine never asks for one."""
+        why = self.uncontinuable()
+        if why is not None:
+            raise NotContinuable(why)
 
     def end(self) -> list[Any]:
         """The SDK's iterator ended without an error: was the stream complete? What is

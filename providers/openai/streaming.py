@@ -170,12 +170,15 @@ class _StreamBase(Generic[E]):
             if notes:
                 return Outcome(OutcomeKind.SUCCESS, detail="; ".join(notes), value=text)
             return Outcome.success(text)
-        failure = self._delivery.failure(error)
+        d = self._delivery
+        failure = d.failure(error)
         outcome = self._step.outcome_of(failure)
-        if isinstance(failure, NotContinuable):
-            # the stream's own, not the target's: no target can continue it, and this one
-            # was not sent (the engine reports the break, `TurnState.uncontinuable`)
-            return attrs.evolve(outcome, unsendable=True, detail=str(failure))
+        if isinstance(failure, NotContinuable):  # a refused continuation: never sent
+            return attrs.evolve(outcome, uncontinuable=str(failure), detail=str(failure))
+        if outcome.kind is OutcomeKind.STREAM_INTERRUPTED and (why := d.uncontinuable()):
+            # the stream's own, not the target's: the turn fails at its break, and no
+            # continuation is asked for (`TurnState.uncontinuable`)
+            return attrs.evolve(outcome, uncontinuable=why)
         return outcome
 
     def _loop(self, loop: Callable[..., L]) -> tuple[L, Seen]:
