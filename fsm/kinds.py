@@ -181,7 +181,8 @@ class Traits:
     turns in a row (no success between) left it on hard faults, this kind the last.
     `connection_level`: an outcome of this kind marked `Outcome.client_side` (the
     target answered other attempts while this one was out, the attempt never reached
-    the network, or its timer fired late on a starved process) is laid on this
+    the network, its timer fired late on a starved process, or the turn's deadline cut
+    it short of its `attempt_timeout`) is laid on this
     attempt, not on the target: it counts toward
     no breaker or cooldown, is retried after a backoff rather than recovered from, and
     the retry takes no retry token (the budget stops retry storms against a target
@@ -262,8 +263,9 @@ _ROWS: Final = (
         "a fault after that falls back. Benches the target once two turns in a row have "
         "left it on hard faults, the last on transport (one turn's faults may be a moment "
         "of the client's own). A *client-side fault* (the target answered other attempts "
-        "while this one was out, the attempt never reached the network, or its timer fired "
-        "late on a starved process) is retried with backoff up to `max_attempts`, never "
+        "while this one was out, the attempt never reached the network, its timer fired "
+        "late on a starved process, or the turn's deadline cut it short of its "
+        "`attempt_timeout`) is retried with backoff up to `max_attempts`, never "
         "recovered from, takes no retry token and counts toward no breaker",
         settings="`transport_faults_before_recovery`, `recover_transport`, `backoff`, "
         "`max_attempts`",

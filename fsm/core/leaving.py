@@ -35,7 +35,11 @@ def leave(s: TurnState) -> None:
         s.reasons[t.name] = (made, s.interruption) if made > 0 else f"not tried: {stuck}"
         o = None  # nothing was learnt of the target
     else:
-        s.reasons[t.name] = (v.attempts, o) if s.denial is None or o is not None else s.denial
+        sent = v.attempts - v.refused
+        if sent <= 0 and s.denial is not None:
+            s.reasons[t.name] = f"not attempted: {s.denial}"
+        else:
+            s.reasons[t.name] = (sent, o) if s.denial is None or o is not None else s.denial
     if (
         o is not None
         and TRAITS[o.kind].level is Level.TARGET
@@ -148,13 +152,18 @@ def _late(s: TurnState, arg: int) -> Action:
     t = s.target
     deadline = f"{s.policy.deadline:g}s"
     s.next_eligible()
-    if v.attempts:
-        s.reasons[t.name] = (v.attempts, s.outcome)
+    sent = v.attempts - v.refused  # attempts the store refused were never sent
+    if sent > 0:
+        s.reasons[t.name] = (sent, s.outcome)
+    elif v.refused and s.denial is not None:
+        s.reasons[t.name] = (
+            f"not attempted: {s.denial}; the {deadline} deadline passed while waiting for it"
+        )
     else:
         s.reasons[t.name] = f"not tried: the {deadline} deadline passed while waiting for it"
     for j, why in s._skips.items():
         s.reasons.setdefault(s.policy.targets[j].name, why)
-    last = f" (last: {s.describe(s.outcome)})" if v.attempts else ""
+    last = f" (last: {s.describe(s.outcome)})" if sent > 0 else ""
     summary = f"the {deadline} deadline passed before {t.name} could be called{last}"
     return Fail(s.failure(summary, FAILED))
 

@@ -85,10 +85,17 @@ def _routable(policy: Policy) -> tuple[tuple[range, ...], tuple[int, ...]]:
 
 
 def route(
-    policy: Policy, health: HealthStore, affinity: str | None, now: float, first: int = 0
+    policy: Policy,
+    health: HealthStore,
+    affinity: str | None,
+    now: float,
+    first: int = 0,
+    cost: float | None = None,
 ) -> Routed:
     """The turn's policy: `policy` with its members (and a pinned key) in the order to
-    try them now. A policy without groups and a turn without affinity: `policy` itself."""
+    try them now. A policy without groups and a turn without affinity: `policy` itself.
+    `cost`: the turn's token cost when it is paced (a member or key out of headroom for
+    it now ranks after those with room, as the machine's start will skip it)."""
     groups, pooled = _routable(policy)
     if not groups and (affinity is None or not pooled):
         return Routed(policy, affinity)
@@ -99,10 +106,10 @@ def route(
     for span in groups:
         members = [policy.targets[i] for i in span]
         pin = routes.pin(affinity, members[0].group or "", now) if affinity else None
-        ranked = sorted(members, key=lambda m: _rank(m, members, health, routes, pin, now))
+        ranked = sorted(members, key=lambda m: _rank(m, members, health, routes, pin, now, cost))
         order[span.start : span.stop] = [m.index for m in ranked]
         best = ranked[0]
-        if pin is not None and best.key == pin[0] and _key_free(health, best, pin[1], now):
+        if pin is not None and best.key == pin[0] and _key_free(health, best, pin[1], now, cost):
             keys[best.index] = pin[1]
         if span.start == first:
             start = best
@@ -110,7 +117,7 @@ def route(
         for i in pooled:
             t = policy.targets[i]
             pin = routes.pin(affinity, t.name, now)
-            if pin is not None and _key_free(health, t, pin[1], now):
+            if pin is not None and _key_free(health, t, pin[1], now, cost):
                 keys[i] = pin[1]
     routed = _variant(policy, tuple(order), tuple(sorted(keys.items())))
     ticket = routes.start(start.key, now, policy.deadline) if start is not None else 0
@@ -124,8 +131,9 @@ def _rank(
     routes: Routes,
     pin: Pin | None,
     now: float,
+    cost: float | None = None,
 ) -> tuple[bool, bool, float, int]:
-    cooling = health.ready_at(m.key, m.pool(), "") > now
+    cooling = health.ready_at(m.key, m.pool(), "", cost, now) > now  # headroom too, paced
     pinned = pin is not None and pin[0] == m.key
     latency = routes.latency(m.key)
     if latency is None:
@@ -135,10 +143,14 @@ def _rank(
     return (cooling, not pinned, score, m.member)
 
 
-def _key_free(health: HealthStore, t: Target, cred: str, now: float) -> bool:
-    """Is the pinned key one of `t`'s, and not benched?"""
-    return any(c.health_id == cred for c in t.credentials) and (
-        health.credential_until(t.key, cred) <= now
+def _key_free(
+    health: HealthStore, t: Target, cred: str, now: float, cost: float | None = None
+) -> bool:
+    """Is the pinned key one of `t`'s, not benched, and (paced) with headroom now?"""
+    return (
+        any(c.health_id == cred for c in t.credentials)
+        and health.credential_until(t.key, cred) <= now
+        and (cost is None or health.paced_until(t.key, cred, cost, now) <= now)
     )
 
 

@@ -285,6 +285,8 @@ class TurnBase:
         s = self.s
         a = s.action
         s.denial = why
+        if type(a) is Attempt:
+            s.visit.refused += 1  # not sent: the failure's words do not count it
         if a is not None and not getattr(a, "retry", False):
             s.outcome = None  # a refused first attempt or probe: nothing was learnt here
         return self._fire(DENIED, None)

@@ -30,6 +30,7 @@ class Visit:
         "pool_start",
         "probe",
         "recovered",
+        "refused",
         "rotations",
         "spent",
         "streak",
@@ -52,13 +53,17 @@ class Visit:
         "probe",
         "verdicts",
     )
-    NOT_KEYED: Final[dict[str, str]] = {"target": "the chain entry at `index` (keyed by it)"}
+    NOT_KEYED: Final[dict[str, str]] = {
+        "target": "the chain entry at `index` (keyed by it)",
+        "refused": "words: how many of `attempts` the store refused unsent (no guard reads it)",
+    }
 
     def __init__(self, index: int, pool_start: int, target: Target) -> None:
         self.index = index  # the target's position in the chain
         self.target = target  # ... and the entry there (read on every event: kept at hand)
         self.credential: Credential | None = None  # the key of the last attempt
         self.attempts = 0  # attempts on this target in this turn
+        self.refused = 0  # ... of them refused by the health store, never sent
         self.streak = 0  # consecutive transport faults
         self.recovered = False  # transport recovery (client rebuild) used
         self.rotations = 0  # credential rotations on this target
@@ -75,6 +80,7 @@ class Visit:
         v.target = self.target
         v.credential = self.credential
         v.attempts = self.attempts
+        v.refused = self.refused
         v.streak = self.streak
         v.recovered = self.recovered
         v.rotations = self.rotations

@@ -12,25 +12,27 @@ Fields (each optional; times in the clock of whoever holds the record):
 |---|---|
 | ``rq``, ``rqa``, ``rql`` | requests remaining as last said, when that limit resets, the limit |
 | ``tk``, ``tka``, ``tkl`` | the same for tokens |
-| ``said`` | when the reply that said them arrived |
+| ``said`` | when the request whose reply said them was sent |
 | ``res`` | reservations in flight: id -> ``[tokens, made, expires]`` |
 
 The rules:
 
-- **What is said** (`observe`): the reply that arrived last wins (a reply that arrives
-  late with older numbers does not raise the headroom back); a limit not mentioned keeps
-  what an earlier reply said of it.
+- **What is said** (`observe`): dated when its request was sent (the provider counts a
+  request as it arrives, so a slow reply's numbers are as old as the reply is slow); the
+  reply about the request sent last wins (a reply that arrives late with older numbers
+  does not raise the headroom back); a limit not mentioned keeps what an earlier reply
+  said of it.
 - **Headroom now** for a request of `cost` tokens (`ready_at`): a limit nobody spoke of
   is no limit. Otherwise what was said, less the reservations made since it was said
-  (`ARRIVAL` before, at most: an attempt sent just before the reply was counted by the
-  provider already); once its reset has passed, the whole limit (when one was said) less
+  (`ARRIVAL` before, at most: an attempt sent just before that reply's request was counted
+  by the provider already); once its reset has passed, the whole limit (when one was said) less
   the reservations made since the reset. A request larger than a whole limit needs only
   the whole limit (it is the provider's to refuse). When a limit has no room: the key is
   free again at that limit's reset, or, past its reset and used up by the reservations
   since, `AFTER_RESET` later (the next reply says more).
 - **No reset named** (none sent, or one that cannot be read): the limit is taken to
-  reset `UNNAMED_RESET` after the reply that said it. A key is never held back for good
-  by a reply that did not say until when.
+  reset `UNNAMED_RESET` after the request whose reply said it. A key is never held back
+  for good by a reply that did not say until when.
 - **Reserve** (`reserve`): take one request and `cost` tokens only if `ready_at` says
   now; else refuse (None). A reservation expires on its own at `expires` (an attempt's
   bound and a grace): a process that died mid-attempt leaks nothing.
@@ -68,8 +70,8 @@ __all__ = [
     "why_empty",
 ]
 
-#: How long before a reply an attempt may have been sent and still be counted in what the
-#: reply says (seconds): reservations older than that are taken as counted.
+#: How long before a reply's request an attempt may have been sent and still be counted in
+#: what the reply says (seconds): reservations older than that are taken as counted.
 ARRIVAL: Final = 0.25
 #: After a reset that the reservations since have used up: how long until it is looked at
 #: again (the next reply says more).
@@ -77,7 +79,7 @@ AFTER_RESET: Final = 0.05
 #: A reservation outlives its attempt's bound by this much before it expires on its own.
 GRACE: Final = 1.0
 #: A limit said with no reset named (or one that cannot be read) is taken to reset this
-#: long after the reply (seconds). Short: a key still empty then answers with its limits
+#: long after its request (seconds). Short: a key still empty then answers with its limits
 #: again, or a 429 that benches it; a long guess would idle a key that has room.
 UNNAMED_RESET: Final = 1.0
 _TIMES: Final = ("rqa", "tka", "said")
@@ -121,11 +123,15 @@ def _reservations(r: Mapping[str, Any], now: float) -> dict[str, list[float]]:
     return out
 
 
-def observe(r: Record, now: float, limits: Limits) -> Record:
-    """What a reply arriving at `now` said (`limits`); the last reply wins."""
+def observe(r: Record, now: float, limits: Limits, age: float = 0.0) -> Record:
+    """What a reply arriving at `now` said (`limits`), of its request sent `age` seconds
+    before: a provider counts a request, and words its headers, as the request arrives,
+    so what they say is dated then (``said``), and their resets count from then. A
+    reply about a request sent later wins over one about a request sent before it."""
+    at = now - age if age > 0.0 else now
     said = _num(r, "said")
-    if said is not None and said > now:
-        return r  # a later reply was recorded already
+    if said is not None and said > at:
+        return r  # a reply about a later request was recorded already
     out: dict[str, Any] = dict(r)
     for short, what in (("rq", "requests"), ("tk", "tokens")):
         rem = getattr(limits, f"{what}_remaining")
@@ -134,19 +140,19 @@ def observe(r: Record, now: float, limits: Limits) -> Record:
         out[short] = int(rem)
         reset = getattr(limits, f"{what}_reset")
         if reset is not None:
-            out[short + "a"] = now + reset
+            out[short + "a"] = at + reset
         else:
             out.pop(short + "a", None)
         lim = getattr(limits, f"{what}_limit")
         if lim is not None:
             out[short + "l"] = int(lim)
-    out["said"] = now
+    out["said"] = at
     return out
 
 
 def _reset(r: Mapping[str, Any], short: str) -> tuple[float, bool]:
     """When limit `short` resets, and whether the provider named that time (else it is
-    `UNNAMED_RESET` after the reply that said the limit)."""
+    `UNNAMED_RESET` after the request whose reply said the limit)."""
     reset = _num(r, short + "a")
     if reset is not None:
         return reset, True
@@ -154,28 +160,40 @@ def _reset(r: Mapping[str, Any], short: str) -> tuple[float, bool]:
     return (said if said is not None else -math.inf) + UNNAMED_RESET, False
 
 
+def _room(
+    r: Mapping[str, Any], now: float, short: str, res: dict[str, list[float]]
+) -> tuple[float, float, float, bool] | None:
+    """Limit `short` ("rq" or "tk") now: (room, what the reservations not counted in it
+    take, the limit's reset, whether that reset has passed); None when nobody spoke of
+    it or it reset to a whole limit nobody said (no limit)."""
+    rem = _num(r, short)
+    if rem is None:
+        return None  # never spoken of: no limit
+    reset = _reset(r, short)[0]
+    past = reset <= now
+    if past:
+        lim = _num(r, short + "l")
+        if lim is None:
+            return None  # reset, and the whole limit unknown: no limit until a reply says
+        room, since = lim, reset
+    else:
+        room, since = rem, (_num(r, "said") or -math.inf) - ARRIVAL
+    tokens = short == "tk"
+    used = sum(v[0] if tokens else 1.0 for v in res.values() if v[1] > since)
+    return room, used, reset, past
+
+
 def _limit_ready(
     r: Mapping[str, Any], now: float, short: str, need: float, res: dict[str, list[float]]
 ) -> float:
     """When limit `short` ("rq" or "tk") has room for `need` (requests or tokens): `now`,
     or the time it will."""
-    rem = _num(r, short)
-    if rem is None:
-        return now  # never spoken of: no limit
-    reset = _reset(r, short)[0]
+    found = _room(r, now, short, res)
+    if found is None:
+        return now
+    room, used, reset, past = found
     lim = _num(r, short + "l")
     want = need if lim is None else min(need, lim)
-    tokens = short == "tk"
-    past = reset <= now
-    if past:
-        if lim is None:
-            return now  # reset, and the whole limit unknown: no limit until a reply says
-        room = lim
-        since = reset
-    else:
-        since = (_num(r, "said") or -math.inf) - ARRIVAL
-        room = rem
-    used = sum(v[0] if tokens else 1.0 for v in res.values() if v[1] > since)
     if room - used >= want:
         return now
     return now + AFTER_RESET if past else reset
@@ -200,10 +218,17 @@ def why_empty(r: Record, now: float, cost: float) -> str:
         if at > now:
             rem = _num(r, short)
             lim = _num(r, short + "l")
-            left = f"{rem:.0f}" + (f" of {lim:.0f}" if lim is not None else "")
+            of = f" of {lim:.0f}" if lim is not None else ""
+            found = _room(r, now, short, res)
+            if found is None or found[1] <= 0:
+                left = f"{rem:.0f}{of} left"
+            elif found[3]:  # past its reset: the whole limit, less what went out since
+                left = f"all{of[3:]} since its reset taken by attempts in flight"
+            else:  # what was said is taken by attempts sent since
+                left = f"{rem:.0f}{of} left, {found[1]:.0f} taken since by attempts in flight"
             named = _reset(r, short)[1]
             when = f"resets in {at - now:.2f}s" + ("" if named else " (no reset said)")
-            parts.append(f"{what} {left} left, {when}")
+            parts.append(f"{what} {left}, {when}")
     return "; ".join(parts) or "headroom"
 
 

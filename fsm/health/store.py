@@ -300,9 +300,12 @@ class HealthStore:
         at = room.ready_at(r, now, cost)
         return at if at > now else 0.0
 
-    def observe_limits(self, target: TargetKey, cred: str, limits: Limits, now: float) -> None:
-        """What a reply of key `cred` said of its rate limits (`fsm.catalogue.ratelimit`)."""
-        self._room_update(target, cred, lambda r, t: room.observe(r, t, limits), now)
+    def observe_limits(
+        self, target: TargetKey, cred: str, limits: Limits, now: float, age: float = 0.0
+    ) -> None:
+        """What a reply of key `cred` said of its rate limits (`fsm.catalogue.ratelimit`),
+        arriving at `now` for a request sent `age` seconds before (`headroom.observe`)."""
+        self._room_update(target, cred, lambda r, t: room.observe(r, t, limits, age), now)
 
     def release_headroom(self, target: TargetKey, cred: str, rid: str, now: float) -> None:
         """Reservation `rid` on the key ends (its attempt ended, whatever the outcome)."""

@@ -94,60 +94,70 @@ def check_policy(policy: object, who: str) -> None:
         )
 
 
+def _check(driver: str, policy: Policy, options: _Options) -> None:
+    """A driver's keywords checked, as a signature would (TypeError naming `driver`)."""
+    if not _NAMES.issuperset(options):
+        name = min(set(options) - _NAMES)
+        raise TypeError(
+            f"{driver}: unexpected keyword argument {name!r} "
+            f"(it takes: {', '.join(sorted(_NAMES))})"
+        )
+    check_policy(policy, driver)
+    check_health(options.get("health"))
+    random = options.get("random")
+    if random is not None and not callable(random):
+        raise TypeError(
+            f"random must be a callable returning floats in [0, 1) such as "
+            f"random.Random(7).random, got {type(random).__name__}"
+        )
+    affinity = options.get("affinity")
+    if affinity is not None and not (isinstance(affinity, str) and affinity):
+        raise TypeError(f"affinity must be a non-empty string or None, got {affinity!r}")
+    clock = options.get("clock")
+    if clock is not None and not callable(getattr(clock, "now", None)):
+        raise TypeError(
+            "clock must be an fsm.Clock (now, sleep, asleep) such as fsm.VirtualClock(), "
+            f"got {type(clock).__name__}"
+        )
+
+
 class DriverStep:
     """What every driver needs besides the loop: the turn (on the given clock),
     classified and scrubbed outcomes, and the end as a result or an exception."""
 
     __slots__ = ("_secrets", "classify", "clock", "policy", "routed", "turn")
 
-    def __init__(self, driver: str, policy: Policy, options: _Options) -> None:
+    def __init__(
+        self, driver: str, policy: Policy, options: _Options, checked: bool = False
+    ) -> None:
         """The turn of one `driver`'s call (named in errors): its keywords checked, as a
-        signature would, and applied."""
-        if not _NAMES.issuperset(options):
-            name = min(set(options) - _NAMES)
-            raise TypeError(
-                f"{driver}: unexpected keyword argument {name!r} "
-                f"(it takes: {', '.join(sorted(_NAMES))})"
-            )
-        check_policy(policy, driver)
+        signature would (unless the host `checked` them itself), and applied."""
+        if not checked:
+            _check(driver, policy, options)
         health = options.get("health")
         clock = options.get("clock")
-        random = options.get("random")
-        check_health(health)
-        if random is not None and not callable(random):
-            raise TypeError(
-                f"random must be a callable returning floats in [0, 1) such as "
-                f"random.Random(7).random, got {type(random).__name__}"
-            )
-        affinity = options.get("affinity")
-        if affinity is not None and not (isinstance(affinity, str) and affinity):
-            raise TypeError(f"affinity must be a non-empty string or None, got {affinity!r}")
         self.classify = options.get("classify", classify_exception)
         #: The clock of this turn: the one given, else the default in force now.
-        if clock is not None and not callable(getattr(clock, "now", None)):
-            raise TypeError(
-                "clock must be an fsm.Clock (now, sleep, asleep) such as fsm.VirtualClock(), "
-                f"got {type(clock).__name__}"
-            )
         #: Time never runs backwards for the engine (`fsm.clock.steady`).
         self.clock: Clock = steady(clock) if clock is not None else default_clock()
         now = self.clock.now
         first = options.get("first", 0)
+        affinity = options.get("affinity")
         #: The turn's chain: each group's members, and a conversation's key, in the order
         #: to try them now (`fsm.core.members`; the policy itself when there is no choice).
-        self.routed = route(
-            policy, health if health is not None else HealthStore.default(), affinity, now(), first
-        )
+        cost = options.get("cost", 0.0) if policy.pacing else None
+        store = health if health is not None else HealthStore.default()
+        self.routed = route(policy, store, affinity, now(), first, cost)
         self.policy = policy = self.routed.policy
         self.turn = options.get("engine", Turn)(
             policy,
             health=health,
             clock=now,
-            random=random,
+            random=options.get("random"),
             on_transition=_hook(options.get("on_transition")),
             first=first,
         )
-        self.turn.s.cost = options.get("cost", 0.0) if policy.pacing else None
+        self.turn.s.cost = cost
         self._secrets: list[str] | None = None
 
     def outcome_of(self, e: BaseException) -> Outcome:
@@ -264,7 +274,16 @@ def drive(
     policy: Policy, attempt: Callable[[Attempt], Any], **options: Unpack[Options]
 ) -> TurnResult:
     """Like `run`, but `attempt` receives the whole `Attempt` (timeout, number)."""
-    st = DriverStep("fsm.run / fsm.drive", policy, options)
+    return drive_checked(policy, attempt, options, checked=False)
+
+
+def drive_checked(
+    policy: Policy, attempt: Callable[[Attempt], Any], options: Options, *, checked: bool = True
+) -> TurnResult:
+    """`drive` for a host that `checked` its `options` itself (the openai wrappers check
+    their health store and clock once, when made, and a call's affinity as it comes): the
+    same turn without the keyword checks of every call."""
+    st = DriverStep("fsm.run / fsm.drive", policy, options, checked)
 
     def outcome(a: Attempt) -> Outcome:
         try:
@@ -298,15 +317,7 @@ async def adrive(
     policy: Policy, attempt: Callable[[Attempt], Awaitable[Any]], **options: Unpack[AsyncOptions]
 ) -> TurnResult:
     """Like `arun`, but `attempt` receives the whole `Attempt`."""
-    st = DriverStep("fsm.arun / fsm.adrive", policy, options)
-
-    async def outcome(a: Attempt) -> Outcome:
-        try:
-            value = await attempt(a)
-        except Exception as e:
-            return st.outcome_of(e)
-        return Outcome(_SUCCESS, value=value)
-
+    st, outcome = _async_step(policy, attempt, options, checked=False)
     end = await ahost_run(
         st.turn,
         clock=st.clock,
@@ -315,3 +326,38 @@ async def adrive(
         telemetry=options.get("telemetry"),
     )
     return st.end(end)
+
+
+async def adrive_checked(
+    policy: Policy, attempt: Callable[[Attempt], Awaitable[Any]], options: AsyncOptions
+) -> TurnResult:
+    """The asyncio twin of `drive_checked` (not awaited by `adrive`: a coroutine between
+    the caller and the SDK is resumed at every suspension of the request)."""
+    st, outcome = _async_step(policy, attempt, options, checked=True)
+    end = await ahost_run(
+        st.turn,
+        clock=st.clock,
+        rebuild=options.get("rebuild"),
+        attempt=outcome,
+        telemetry=options.get("telemetry"),
+    )
+    return st.end(end)
+
+
+def _async_step(
+    policy: Policy,
+    attempt: Callable[[Attempt], Awaitable[Any]],
+    options: AsyncOptions,
+    checked: bool,
+) -> tuple[DriverStep, Callable[[Attempt], Awaitable[Outcome]]]:
+    """The turn of an asyncio driver, and its attempt classified."""
+    st = DriverStep("fsm.arun / fsm.adrive", policy, options, checked)
+
+    async def outcome(a: Attempt) -> Outcome:
+        try:
+            value = await attempt(a)
+        except Exception as e:
+            return st.outcome_of(e)
+        return Outcome(_SUCCESS, value=value)
+
+    return st, outcome

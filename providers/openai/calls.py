@@ -93,6 +93,8 @@ def _usable(choice: Any) -> bool:
     if not finish or finish == "error" or message is None:  # "": no finish either
         return False
     content = getattr(message, "content", None)
+    if type(content) is str and content:
+        return True  # the common reply: text (no generator over the other carriers)
     if content is not None and type(content) is not str and type(content) is not list:
         return False  # `content: 5`: the SDK does not check it (a list: content parts)
     return finish in _EMPTY_BUT_REAL or any(getattr(message, n, None) for n in _CARRIERS)

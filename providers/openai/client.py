@@ -27,15 +27,21 @@ import os
 import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar, cast
 
 import openai
 
-from ...fsm import HealthStore, Outcome, Policy, TurnFailed, TurnResult, adrive, drive
+from ...fsm import HealthStore, Outcome, Policy, TurnFailed, TurnResult
 from ...fsm.clock import Clock
 from ...fsm.core.actions import Attempt
 from ...fsm.core.turn import Hook
-from ...fsm.host.drivers import check_health
+from ...fsm.host.drivers import (
+    AsyncOptions,
+    Options,
+    adrive_checked,
+    check_health,
+    drive_checked,
+)
 from ...fsm.telemetry import otel as _otel
 from . import pacing
 from .calls import (
@@ -212,14 +218,15 @@ class _Base(Generic[F, P]):
         self._pool.check_open()
         ledger = Ledger()
         seen = Seen()
-        classify = classifier_for(
-            call.policy,
-            lambda: ledger.target,
-            functools.partial(self._pool.answered_others, seen=seen),
-        )
 
         def failed(e: BaseException) -> Outcome:
             _attempt_usage(ledger, e)
+            # made on a failure only: a turn that succeeds at once never classifies
+            classify = classifier_for(
+                call.policy,
+                lambda: ledger.target,
+                functools.partial(self._pool.answered_others, seen=seen),
+            )
             return classify(e)
 
         return (
@@ -357,7 +364,7 @@ class Fallgate(_Base[ClientFactory, ClientPool]):
         call = prepare(op, kwargs, self._chains)
         if call.stream:
             raise TypeError(f"run() does not stream; use {op.name}(stream=True)")
-        result, ledger = self._turn(call)
+        result, ledger = self._turn(call, usage=True)
         return ledger.result(result)
 
     def _invoke(self, op: Op, kwargs: Mapping[str, Any]) -> Any:
@@ -365,16 +372,22 @@ class Fallgate(_Base[ClientFactory, ClientPool]):
         if call.stream:
             self._pool.check_open()
             return FallgateStream[Any](self, call)
-        return self._turn(call)[0].value
+        return self._turn(call, usage=False)[0].value
 
-    def _turn(self, call: Call) -> tuple[TurnResult, Ledger]:
-        """One turn; its `GateResult` is made from the two only when asked for (`run`)."""
+    def _turn(self, call: Call, *, usage: bool) -> tuple[TurnResult, Ledger]:
+        """One turn; its `GateResult` is made from the two only when asked for (`run`):
+        the replies' `usage` is noted in the ledger then, or for telemetry."""
         ledger, seen, options = self._begin(call)
+        # a reply's usage is read by run()'s GateResult and telemetry only (pacing reads
+        # its own): create() alone skips it (~2 us a turn, bench.throughput)
+        noted = usage or options["telemetry"] is not None
 
         def attempt(a: Attempt) -> Any:
             handed = issued()  # the deadline counts the client's build too
             ledger.begin(a)
-            reading = pacing.READING.set((self.health, a.target, a.credential, self.clock))
+            reading = pacing.READING.set(
+                (self.health, a.target, a.credential, self.clock, pacing.sent_at(self.clock))
+            )
             try:
                 with self._pool.lease(a.target, a.credential, seen) as client:
                     # bounded from here: building a client is not the server's time
@@ -382,16 +395,16 @@ class Fallgate(_Base[ClientFactory, ClientPool]):
                     with self._admission.admitted(bound, a.until_deadline), bounded(bound):
                         reply = self._send(call, client, a)
                         parsed = call.op.accept(reply, call.kwargs)
-                        used = usage_of(parsed)
-                        ledger.note(used)
+                        if noted:
+                            ledger.note(usage_of(parsed))
             finally:
                 pacing.READING.reset(reading)
-            if used is not None and self.health.room:
-                self._learn(call, a, used)
+            if self.health.room:
+                self._learn(call, a, usage_of(parsed))
             return reply
 
         try:
-            return drive(call.policy, attempt, **options), ledger
+            return drive_checked(call.policy, attempt, cast(Options, options)), ledger
         except TurnFailed as e:
             ledger.attach(e)
             _raise_caller_mistake(e)
@@ -460,7 +473,7 @@ class AsyncFallgate(_Base[AsyncClientFactory, AsyncClientPool]):
         call = prepare(op, kwargs, self._chains)
         if call.stream:
             raise TypeError(f"arun() does not stream; use {op.name}(stream=True)")
-        result, ledger = await self._turn(call)
+        result, ledger = await self._turn(call, usage=True)
         return ledger.result(result)
 
     async def _invoke(self, op: Op, kwargs: Mapping[str, Any]) -> Any:
@@ -469,11 +482,14 @@ class AsyncFallgate(_Base[AsyncClientFactory, AsyncClientPool]):
         if call.stream:
             self._pool.check_open()
             return await AsyncFallgateStream[Any](self, call)._prime()
-        return (await self._turn(call))[0].value
+        return (await self._turn(call, usage=False))[0].value
 
-    async def _turn(self, call: Call) -> tuple[TurnResult, Ledger]:
+    async def _turn(self, call: Call, *, usage: bool) -> tuple[TurnResult, Ledger]:
         """See `Fallgate._turn`."""
         ledger, seen, options = self._begin(call)
+        # a reply's usage is read by run()'s GateResult and telemetry only (pacing reads
+        # its own): create() alone skips it (~2 us a turn, bench.throughput)
+        noted = usage or options["telemetry"] is not None
 
         async def attempt(a: Attempt) -> Any:
             handed = issued()  # the deadline counts the client's build too
@@ -487,23 +503,25 @@ class AsyncFallgate(_Base[AsyncClientFactory, AsyncClientPool]):
                 if not admission.admit_now():  # engaged: wait for a slot
                     await admission.admit(bound, a.until_deadline)
                 ok = False  # an explicit slot, not `admitted`: the hot path's calls are counted
-                reading = pacing.READING.set((self.health, a.target, a.credential, self.clock))
+                reading = pacing.READING.set(
+                    (self.health, a.target, a.credential, self.clock, pacing.sent_at(self.clock))
+                )
                 try:
                     async with abounded(bound, backstop=not lease.bounded):
                         reply = await self._send(call, client, a)
                         parsed = call.op.accept(reply, call.kwargs)
-                        used = usage_of(parsed)
-                        ledger.note(used)
+                        if noted:
+                            ledger.note(usage_of(parsed))
                     ok = True
                 finally:
                     pacing.READING.reset(reading)
                     admission.release(ok, bound.lag)
-            if used is not None and self.health.room:
-                self._learn(call, a, used)
+            if self.health.room:
+                self._learn(call, a, usage_of(parsed))
             return reply
 
         try:
-            return await adrive(call.policy, attempt, **options), ledger
+            return await adrive_checked(call.policy, attempt, cast(AsyncOptions, options)), ledger
         except TurnFailed as e:
             ledger.attach(e)
             _raise_caller_mistake(e)

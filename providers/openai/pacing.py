@@ -31,17 +31,23 @@ from ...fsm.clock import default_clock
 
 __all__ = ["READING", "Costs", "attach", "done", "reading"]
 
-#: (health store, target, credential, clock) of the attempt in flight, for the hook (the
-#: adapter's hot path sets and resets it itself: no Python call per attempt).
-READING: Final[contextvars.ContextVar[tuple[Any, Any, Any, Any] | None]] = contextvars.ContextVar(
-    "fallgate_ratelimit_reading", default=None
+#: (health store, target, credential, clock, when the request went out) of the attempt in
+#: flight, for the hook (the adapter's hot path sets and resets it itself).
+READING: Final[contextvars.ContextVar[tuple[Any, Any, Any, Any, float] | None]] = (
+    contextvars.ContextVar("fallgate_ratelimit_reading", default=None)
 )
 _READING: Final = READING
 
 
+def sent_at(clock: Any) -> float:
+    """Now on the attempt's clock: when its request goes out. A provider words its
+    rate-limit headers as the request arrives, so what a reply says is dated then."""
+    return (clock or default_clock()).now()  # type: ignore[no-any-return]
+
+
 def reading(health: Any, target: Any, credential: Any, clock: Any) -> contextvars.Token[Any]:
     """Name where the attempt's replies are read into (reset the token when it ends)."""
-    return _READING.set((health, target, credential, clock))
+    return _READING.set((health, target, credential, clock, sent_at(clock)))
 
 
 def done(token: contextvars.Token[Any]) -> None:
@@ -69,15 +75,15 @@ def _note(response: Any) -> None:
         _observe(response, where)
 
 
-def _observe(response: Any, where: tuple[Any, Any, Any, Any]) -> None:
-    health, target, credential, clock = where
+def _observe(response: Any, where: tuple[Any, Any, Any, Any, float]) -> None:
+    health, target, credential, clock, sent = where
     provider = lookup(target.provider)
     dialect = provider.ratelimit if provider is not None else None
     limits = parse_limits(response.headers, time.time(), dialect)
     if limits is None:
         return
     now = (clock or default_clock()).now()
-    health.observe_limits(target.key, credential.health_id, limits, now)
+    health.observe_limits(target.key, credential.health_id, limits, now, max(0.0, now - sent))
 
 
 async def _anote(response: Any) -> None:

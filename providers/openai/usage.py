@@ -64,7 +64,7 @@ class AttemptUsage(NamedTuple):
 def _count(raw: Any, *names: str) -> int | None:
     for name in names:
         v = raw.get(name) if isinstance(raw, dict) else getattr(raw, name, None)
-        if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+        if isinstance(v, int) and type(v) is not bool and v >= 0:  # bool: no subclasses
             return v
     return None
 

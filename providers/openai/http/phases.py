@@ -75,17 +75,23 @@ class AttemptTimeout(TimeoutError):
     was busy: under a burst a thousand turns share one event loop), so the target
     never saw it. `starved`: the timer that ended it fired well past its due time
     (`starved()`): the process did not run meanwhile, so whatever the target did
-    went unobserved. Either makes it a client-side fault (`client_side`)."""
+    went unobserved. `cut_short`: the turn's deadline cut it before its
+    `attempt_timeout` (it was given only what the turn had left), which says nothing
+    of the target. Any of them makes it a client-side fault (`client_side`): no
+    breaker or key is benched for it."""
 
-    def __init__(self, message: str, unsent: bool = False, starved: bool = False) -> None:
+    def __init__(
+        self, message: str, unsent: bool = False, starved: bool = False, cut_short: bool = False
+    ) -> None:
         super().__init__(message)
         self.unsent = unsent
         self.starved = starved
+        self.cut_short = cut_short
 
     @property
     def client_side(self) -> bool:
         """The fault is this client's, not the target's (`fsm.Outcome.client_side`)."""
-        return self.unsent or self.starved
+        return self.unsent or self.starved or self.cut_short
 
 
 class BodyTooLarge(MalformedReply):
@@ -310,14 +316,19 @@ class AttemptBound:
             return AttemptTimeout(
                 f"{what} before it reached the network{late}", unsent=True, starved=starved
             )
-        return AttemptTimeout(f"{what}{late}", starved=starved)
+        cut = self.phase == "total" and self._cut_short()
+        return AttemptTimeout(f"{what}{late}", starved=starved, cut_short=cut)
+
+    def _cut_short(self) -> bool:
+        """Did the turn's deadline end the attempt before its `attempt_timeout`?"""
+        return self._attempt_s is not None and self.seconds < self._attempt_s
 
     def _total(self) -> str:
         """What ran out when the total did: ``attempt_timeout`` (its words as ever), or the
         turn's deadline when that is what cut the attempt short of it (the time left,
         rounded: the same cut reads the same from run to run)."""
         at = self._attempt_s
-        if at is not None and self.seconds < at:
+        if at is not None and self._cut_short():
             left = self.seconds
             about = f"{left:.0f}" if left >= 10 else f"{left:.2g}"
             turn = "" if self._deadline_s is None else f" {self._deadline_s:g} s"

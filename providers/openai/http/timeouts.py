@@ -31,9 +31,13 @@ __all__ = ["Bound", "combine", "engine_phases", "given"]
 _PHASES = ("connect", "read", "write", "pool")
 
 
+#: A tuple, not ``NotGiven | Omit``: that union would be built anew at every call.
+_UNGIVEN = (openai.NotGiven, openai.Omit)
+
+
 def given(value: Any) -> bool:
     """Did the caller pass a value (not ``openai.NOT_GIVEN`` / ``openai.omit``)?"""
-    return not isinstance(value, openai.NotGiven | openai.Omit)
+    return not isinstance(value, _UNGIVEN)
 
 
 def _seconds(v: Any) -> bool:
