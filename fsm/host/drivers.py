@@ -22,6 +22,7 @@ from ..clock import Clock, default_clock, steady
 from ..core.actions import Action, Attempt, Fail, Finish
 from ..core.members import release, route, settle
 from ..core.turn import Hook, Turn, TurnBase, TurnState
+from ..errors import TurnFailed
 from ..health.store import HealthStore
 from ..kinds import Outcome, OutcomeKind
 from ..policy.model import Credential, Policy, Target
@@ -113,6 +114,12 @@ def _check(driver: str, policy: Policy, options: _Options) -> None:
     affinity = options.get("affinity")
     if affinity is not None and not (isinstance(affinity, str) and affinity):
         raise TypeError(f"affinity must be a non-empty string or None, got {affinity!r}")
+    engine = options.get("engine")
+    if engine is not None and not callable(engine):
+        raise TypeError(
+            "engine must be an executor class such as fsm.Turn or fsm.TransitionsTurn, "
+            f"got {type(engine).__name__}"
+        )
     clock = options.get("clock")
     if clock is not None and not callable(getattr(clock, "now", None)):
         raise TypeError(
@@ -246,6 +253,10 @@ class AsyncOptions(_Options, total=False):
 _NAMES: Final = Options.__optional_keys__
 
 
+class _NotAwaitable(TypeError):
+    """`arun`'s call returned something that cannot be awaited (a plain function's)."""
+
+
 def run(
     policy: Policy, call: Callable[[Target, Credential], T], **options: Unpack[Options]
 ) -> TurnResult:
@@ -262,6 +273,11 @@ def run(
     entry (earlier entries are not used in this turn); ``telemetry`` names the turn's
     GenAI operation for OpenTelemetry (`fsm.host.observe.Telemetry`; used while it is on).
     """
+    if not callable(call):
+        raise TypeError(
+            "fsm.run: call must be a function call(target, credential) making one attempt, "
+            f"got {type(call).__name__}"
+        )
     if inspect.iscoroutinefunction(call):
         raise TypeError(
             "fsm.run: call is a coroutine function (async def): await fsm.arun(policy, call) "
@@ -310,6 +326,33 @@ async def arun(
     """The asyncio driver: same semantics and keywords as `run` (`AsyncOptions`: an
     awaited ``rebuild``; waits ``await clock.asleep``); cancellation ends the turn
     `aborted`."""
+    if not callable(call):
+        raise TypeError(
+            "fsm.arun: call must be an async function call(target, credential) making one "
+            f"attempt, got {type(call).__name__}"
+        )
+    if not inspect.iscoroutinefunction(call) and not inspect.iscoroutinefunction(
+        getattr(call, "__call__", None)  # noqa: B004 - an object with an async __call__
+    ):
+        sync = call
+
+        async def checked(a: Attempt) -> Any:
+            got = sync(a.target, a.credential)
+            if not inspect.isawaitable(got):
+                raise _NotAwaitable(
+                    "fsm.arun: call returned "
+                    f"{type(got).__name__}, not an awaitable: give arun an async function "
+                    "(or use fsm.run for a plain one)"
+                )
+            return await got
+
+        try:
+            return await adrive(policy, checked, **options)
+        except TurnFailed as e:  # the caller's mistake, not the targets': say it as such
+            last = e.last_outcome.error if e.last_outcome is not None else None
+            if isinstance(last, _NotAwaitable):
+                raise TypeError(str(last)) from None
+            raise
     return await adrive(policy, lambda a: call(a.target, a.credential), **options)
 
 

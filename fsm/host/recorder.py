@@ -93,8 +93,14 @@ class _FileSink:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        if os.path.isdir(self.path):  # else every turn's write would fail, logged once
+        # else every turn's write would fail, logged once
+        if os.path.isdir(self.path):
             raise IsADirectoryError(f"cannot record turns to {self.path}: it is a directory")
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(
+                f"cannot record turns to {self.path}: its folder {folder} does not exist"
+            )
         self._lock = threading.Lock()
 
     def __call__(self, text: str) -> None:

@@ -441,7 +441,18 @@ def replay(
             turns = read_turns(turns)
         except TraceError as e:
             raise ReplayError(e.message, e.line) from None
+    if not isinstance(turns, Iterable):
+        raise TypeError(
+            "replay: turns must be a trace file's text (str) or fsm.trace.read_turns's turns, "
+            f"not {type(turns).__name__}"
+        )
     got = list(turns)
+    for t in got:
+        if not isinstance(t, TracedTurn):
+            raise TypeError(
+                "replay: turns must be a trace file's text (str) or fsm.trace.read_turns's "
+                f"turns; one is a {type(t).__name__} (join the lines into one str)"
+            )
     check_turns(got)
     rules = {k: Assume.parse(v) for k, v in (assume or {}).items()}
     names = {

@@ -184,6 +184,11 @@ class _Base(Generic[F, P]):
         _refuse_options(type(self).__name__, sdk_options)
         policy = _policy_of(policy)
         check_health(health)
+        if client_factory is not None and not callable(client_factory):
+            raise TypeError(
+                "client_factory must be a callable (target, api_key) -> an openai client, "
+                f"got {type(client_factory).__name__}"
+            )
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(
                 f"clock must be an fsm.Clock (now, sleep, asleep), got {type(clock).__name__}"

@@ -102,7 +102,11 @@ class FailedReply(Exception):
 
 
 class ClientUnavailable(Exception):
-    """The SDK client for a target could not be built (a local, transient fault)."""
+    """The SDK client for a target could not be built (a local fault): the attempt never
+    reached the network, so it is a client-side fault (`fsm.Outcome.client_side`), laid
+    on no backend's breaker, in a shared store least of all."""
+
+    client_side = True
 
     def __init__(self, target: str, cause: BaseException) -> None:
         self.target = target
