@@ -156,6 +156,42 @@ def test_a_committed_stream_is_continued_or_failed_never_replayed():
     assert failed.s.action is not None and failed.s.action.error.partial == "Hello, wor"
 
 
+def _prefix_chain():
+    return chain(
+        {"model": "m0", "assistant_prefix": True},
+        {"model": "m1", "assistant_prefix": True},
+        keys=2,
+        max_attempts=3,
+    )
+
+
+def test_a_stream_no_prefix_can_carry_fails_at_its_break_and_the_checker_explores_it():
+    """A break the host marks `uncontinuable` (tool calls, several choices) is in the
+    alphabet: the checker proves no continuation follows it, on the target it broke on or
+    any other, and the turn fails there with the delivered text."""
+    policy = _prefix_chain()
+    report = check_policy(policy)
+    assert report.ok, report.text()
+    broke = step("stream_interrupted", partial="Hello, wor", uncontinuable=True)
+    turn = replay(policy, [step("start"), broke])[-1]
+    assert turn.state == "failed"
+    assert turn.s.action is not None and turn.s.action.error.partial == "Hello, wor"
+    assert turn.attempts == 1
+
+
+def test_an_engine_that_continues_a_stream_its_break_said_cannot_be_is_caught(monkeypatch):
+    """The engine with its reading of the break's mark taken out (`uncontinuable` never
+    says no): the checker reports the continuation it then asks for, with the path."""
+    import fallgate.fsm.core.state as state
+
+    monkeypatch.setattr(state.TurnState, "uncontinuable", lambda self: None)
+    report = check_policy(_prefix_chain())
+    assert not report.ok
+    v = report.violations["committed_streams_not_replayed"]
+    assert "no text prefix can carry it" in v.why, v.why
+    assert any(dict(args).get("uncontinuable") for _, args in v.steps), v.steps
+
+
 def test_a_non_retryable_429_key_is_never_rotated_back_to_in_the_same_turn():
     """Regression for what the fuzzer (then the checker) found in the core: with
     rules.rate_limited.retry = false and three keys, key#1's 429 (Retry-After 0) rotated

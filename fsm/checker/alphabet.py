@@ -2,7 +2,8 @@
 
 Finite by construction and read off the traits table (`fsm.kinds`): every outcome
 kind, once per abstract Retry-After value its row lists (none, 0, below the cap, above
-the cap), with delivered output when its row says the stream was committed, and
+the cap), with delivered output when its row says the stream was committed (once more marked
+`uncontinuable`, when streams are continued: tool calls, several choices), and
 for a `connection_level` kind once more marked `client_side` and once more
 `silent` (the attempt took its whole timeout: time passes in the model; one target
 of a turn may be silent, the wedged one, so after a silent attempt only that
@@ -70,6 +71,8 @@ def alphabet(policy: Policy, bounds: Bounds) -> Alphabet:
             if t.committed:
                 args["partial"] = PARTIAL
             out.append(step(kind.value, **args))
+            if t.committed and policy.continues:  # ... and one no text prefix can carry
+                out.append(step(kind.value, **args, uncontinuable=True))
             if t.connection_level:  # ... and while the target answered other attempts
                 out.append(step(kind.value, **args, client_side=True))
                 # ... and after the attempt's whole bound: a target that never answered

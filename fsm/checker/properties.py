@@ -421,7 +421,8 @@ def committed_streams_not_replayed(rec: TransitionRecord) -> Finding | None:
     """A committed stream is never replayed: it is continued or failed. Once a stream
     delivered output, every further call continues it (its delivered text as the
     prefix) on a target that takes one: the target it broke on, or the first eligible
-    one after the current target that can; and a failure carries that output."""
+    one after the current target that can; never one whose break said no text prefix
+    can carry it (`Outcome.uncontinuable`); and a failure carries that output."""
     committed = rec.known.committed
     if committed is None:
         return None
@@ -438,6 +439,13 @@ def committed_streams_not_replayed(rec: TransitionRecord) -> Finding | None:
         policy = ctx.policy
         j, cur = action.target.index, known.cur
         name = ctx.names[j]
+        broke = rec.outcome
+        if broke is not None and broke.uncontinuable is not None:
+            return Finding(
+                "committed_streams_not_replayed",
+                f"asked {name} to continue a stream whose break said no text prefix can "
+                f"carry it ({broke.uncontinuable})",
+            )
         if not (policy.continues and action.target.continues):
             return Finding(
                 "committed_streams_not_replayed",

@@ -73,8 +73,12 @@ def outcome_for(trigger: str, args: Mapping[str, Any]) -> Outcome | None:
         detail=kind.value,
         partial=args.get("partial"),
         client_side=bool(args.get("client_side", False)),
+        uncontinuable=UNCONTINUABLE if args.get("uncontinuable") else None,
     )
 
+
+#: Why a broken stream's `uncontinuable` outcome cannot be continued (the host's words).
+UNCONTINUABLE: Final = "the stream delivered more than text: a text prefix cannot continue it"
 
 #: The host's reply to a Wait or a Rebuild that overran the turn's deadline (a late
 #: wake-up, a slow rebuild): it comes a whole deadline later.
