@@ -29,8 +29,9 @@ POLICY = fallgate.Policy.from_dict(
         (lambda: fallgate.replay(['{"v": 1}'], POLICY), "turns"),
         (lambda: fallgate.run(POLICY, lambda t, c: "ok", engine="bogus"), "engine"),
         (lambda: fallgate.run(POLICY, None, health=HealthStore()), "call"),
+        (lambda: fallgate.check_policy({"primary": {"provider": "openai"}}), "policy"),
     ],
-    ids=["replay-None", "replay-list-of-lines", "run-engine-str", "run-call-None"],
+    ids=["replay-None", "replay-list-of-lines", "run-engine-str", "run-call-None", "check-dict"],
 )
 def test_a_wrong_argument_is_a_type_error_naming_it(make: Any, named: str) -> None:
     with pytest.raises(TypeError) as e:

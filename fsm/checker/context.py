@@ -95,7 +95,9 @@ class Context:
     triples: frozenset[tuple[str, str, str]]  # every declared (source, trigger, dest)
     state_names: frozenset[str]
     leak: re.Pattern[str]  # any secret of the policy, or a canary
-    secrets: tuple[str, ...]  # the same, longest first (`in` is 4x a search: hot path)
+    # the same, less those holding another (every canary key holds CANARY): a text has
+    # one of these when it has any secret (`in` is 4x a search, and this runs per transition)
+    secrets: tuple[str, ...]
     # no secret has a character `repr` escapes (nor a quote): a key in a repr is then in
     # the string it was made from, and reprs need no scan of their own
     plain: bool
@@ -128,7 +130,7 @@ class Context:
             triples=frozenset((t.source, t.trigger, t.dest) for t in decl.edges()),
             state_names=frozenset(st.name for st in decl.states),
             leak=re.compile("|".join(re.escape(s) for s in secrets)),
-            secrets=tuple(secrets),
+            secrets=tuple(s for s in secrets if not any(t != s and t in s for t in secrets)),
             plain=all(repr(x)[1:-1] == x and "'" not in x and '"' not in x for x in secrets),
             twins=tuple(
                 frozenset({j} | {k for k, u in enumerate(targets) if u.same_as(t)})

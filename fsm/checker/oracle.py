@@ -309,17 +309,20 @@ def eligible(
         unknown_from = o.floor_from + 1
     else:
         unknown_from = cur + 1
-    for j in range(ctx.n):
+    # without a floor only targets after `cur` can be entered; readiness is asked last
+    # (the costliest test: this runs on most transitions)
+    for j in range(0 if floor is not None else cur + 1, ctx.n):
         if j in tried or not ctx.twins[j].isdisjoint(tried):
-            continue
-        if ready_at(ctx, h, j, now) > now:
             continue
         length = targets[j].context_length
         if floor is not None and length is None:
-            if j >= unknown_from:
-                unknown.append(j)
+            into = unknown if j >= unknown_from else None
         elif j > cur and (floor is None or (length is not None and length > floor)):
-            ahead.append(j)
+            into = ahead
+        else:
+            into = None
+        if into is not None and ready_at(ctx, h, j, now) <= now:
+            into.append(j)
     if timed and cur >= 0 and targets[cur].group is not None:
         keep = _members_in_time(ctx, o, now, cur, ahead + unknown)
         ahead, unknown = [k for k in ahead if k in keep], [k for k in unknown if k in keep]

@@ -503,7 +503,10 @@ def secrets_never_leak(rec: TransitionRecord) -> Finding | None:
     elif cls is Wait:
         parts.append(action.reason)  # type: ignore[union-attr]
     text = "\x00".join(parts)
-    if not any(secret in text for secret in rec.ctx.secrets):
+    for secret in rec.ctx.secrets:
+        if secret in text:
+            break
+    else:
         return None
     leak = rec.ctx.leak
     m = leak.search(text)

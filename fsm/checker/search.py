@@ -24,6 +24,7 @@ from ..core.machine import (
 )
 from ..core.turn import ProtocolError, TransitionsTurn, Turn, TurnBase, TurnState
 from ..health.store import HealthStore
+from ..kinds import Outcome, OutcomeKind
 from ..policy.model import Policy
 from .alphabet import alphabet
 from .analyses import gate_chains, longest_runs
@@ -186,6 +187,7 @@ class Checker:
         self.edge_log: dict[tuple[Any, Step], tuple[Any, tuple[Any, ...]]] = {}
         self.audit = KeyAudit(audit_budget, self._feed_copy, self._clone)
         self.end_memo: list[Any] | None = None  # see `configuration.end_class`
+        self.read_events: dict[Step, tuple[Any, ...]] = {}  # see `_read`
 
     # -- turns --------------------------------------------------------------------------------
     def _new_turn(self, health: HealthStore, clock: VirtualClock) -> TurnBase:
@@ -424,9 +426,7 @@ class Checker:
         if kind == "A":
             if 0 <= live.obs.silent != self.kind[nid][1]:
                 events = ab.on_attempt_loud  # another target of this turn was the silent one
-            events, refused = granted(
-                self._clone, self._release, live, events, ab.on_headroom
-            )
+            events, refused = granted(self._clone, self._release, live, events, ab.on_headroom)
         pre = Before.of(h)
         # a plain store's records then, for the ends that change none (`end_class`)
         self.end_memo = [live.clock.t, *pre.raw, None] if type(h) is HealthStore else None
@@ -464,11 +464,10 @@ class Checker:
         s = turn.s
         source = s.state
         then = clock.t
-        known_outcomes = self.alphabet.outcomes
-        if ev in known_outcomes:
-            outcome = known_outcomes[ev]
-        else:  # a monitor may feed any Retry-After
-            outcome = outcome_for(trigger, dict(ev[1]))
+        read = self.read_events.get(ev)
+        if read is None:  # once per event: this runs once per transition
+            read = self.read_events[ev] = self._read(ev)
+        outcome, kind, late, silent = read
         clock.advance(event_time(self.policy, s.action, trigger, ev[1], self.attempt_seconds))
         n_trace = len(s.trace)
         record_key = key(self, child) if self.record else None
@@ -498,11 +497,8 @@ class Checker:
                 (te.source, te.event, te.dest, te.action, te.target, te.credential, te.wait),
             )
         now = clock.t
-        kind = KINDS.get(trigger)
         h = s.health
         at = s.visit.index
-        flags = ev[1]
-        late, silent = (LATE, True) in flags, (SILENT, True) in flags
         known, after = observe(
             self.ctx, before, trigger, kind, outcome, action, h, now, at, late, silent
         )
@@ -520,6 +516,15 @@ class Checker:
             if f is not None:
                 self._broken(f.prop, f.why, nid, ev)
         return True
+
+    def _read(self, ev: Step) -> tuple[Outcome | None, OutcomeKind | None, bool, bool]:
+        """What `_fire` reads of an event: its outcome, the outcome's kind, and whether it
+        is late or silent."""
+        trigger, flags = ev
+        known = self.alphabet.outcomes
+        # a monitor may feed any Retry-After
+        outcome = known[ev] if ev in known else outcome_for(trigger, dict(flags))
+        return outcome, KINDS.get(trigger), (LATE, True) in flags, (SILENT, True) in flags
 
     def _next_turn(self, nid: int, child: Live, ev: Step) -> bool:
         """A next turn on the same health store and clock, checked against a brand-new
@@ -561,6 +566,11 @@ def check_policy(
     targets are cooling in an initial configuration. `progress` is told how far the
     search got as it goes (`fallgate check` prints it on stderr past 2 s).
     """
+    if not isinstance(policy, Policy):
+        raise TypeError(
+            "check_policy: policy must be a fallgate Policy (Policy.from_dict(...) or "
+            f"Policy.from_toml(path)), not {type(policy).__name__}"
+        )
     return Checker(
         policy,
         declaration=declaration,

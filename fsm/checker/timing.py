@@ -152,9 +152,7 @@ def visit_cooling(policy: Policy, bounds: Bounds, sat: int, start_max: float) ->
             return start_max
         return min(start_max, x + max(0.0, min(wake_spread(p.backoff, x), single - x)))
 
-    return [
-        sum(longest(max(o, 1) + k) for k in range(COOLING_WAITS)) for o in range(sat + 1)
-    ]
+    return [sum(longest(max(o, 1) + k) for k in range(COOLING_WAITS)) for o in range(sat + 1)]
 
 
 def rest_wait(c: Checker, lo: int, cooling: float) -> float:

@@ -42,7 +42,8 @@ _READING: Final = READING
 def sent_at(clock: Any) -> float:
     """Now on the attempt's clock: when its request goes out. A provider words its
     rate-limit headers as the request arrives, so what a reply says is dated then."""
-    return (clock or default_clock()).now()  # type: ignore[no-any-return]
+    now: float = (clock or default_clock()).now()
+    return now
 
 
 def reading(health: Any, target: Any, credential: Any, clock: Any) -> contextvars.Token[Any]:
