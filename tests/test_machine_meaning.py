@@ -186,7 +186,8 @@ def test_a_visit_is_replaced_whole_when_the_turn_moves_on():
 def test_the_checker_feeds_every_outcome_kind_with_every_abstract_retry_after_of_its_row():
     """The checker's alphabet is read off the traits table: a kind with a row is fed, a
     `connection_level` kind plain, marked `client_side` and `silent` (it took the
-    attempt's whole bound)."""
+    attempt's whole bound), a `committed` one plain and marked `uncontinuable` when the
+    policy continues streams."""
     from fallgate.fsm.checker.alphabet import alphabet
     from fallgate.fsm.checker.context import Bounds
 
@@ -195,12 +196,15 @@ def test_the_checker_feeds_every_outcome_kind_with_every_abstract_retry_after_of
     fed = [trigger for trigger, _ in ab.on_attempt]
     assert set(fed) == {k.value for k in OutcomeKind}
     for kind in FAULT_KINDS:
-        ways = 3 if TRAITS[kind].connection_level else 1
-        assert fed.count(kind.value) == ways * len(TRAITS[kind].retry_afters), kind
+        t = TRAITS[kind]
+        ways = 3 if t.connection_level else 2 if t.committed and policy.continues else 1
+        assert fed.count(kind.value) == ways * len(t.retry_afters), kind
     marked = [k for k, args in ab.on_attempt if dict(args).get("client_side")]
     assert marked == [OutcomeKind.TRANSPORT.value]
     silent = [k for k, args in ab.on_attempt if dict(args).get("silent")]
     assert silent == [OutcomeKind.TRANSPORT.value]
+    stuck = [k for k, args in ab.on_attempt if dict(args).get("uncontinuable")]
+    assert stuck == [OutcomeKind.STREAM_INTERRUPTED.value]
 
 
 def test_the_credential_level_kinds_are_stated_twice():

@@ -439,13 +439,9 @@ def committed_streams_not_replayed(rec: TransitionRecord) -> Finding | None:
         policy = ctx.policy
         j, cur = action.target.index, known.cur
         name = ctx.names[j]
-        broke = rec.outcome
-        if broke is not None and broke.uncontinuable is not None:
-            return Finding(
-                "committed_streams_not_replayed",
-                f"asked {name} to continue a stream whose break said no text prefix can "
-                f"carry it ({broke.uncontinuable})",
-            )
+        if rec.outcome is not None and (why := rec.outcome.uncontinuable) is not None:
+            said = f"its break said no text prefix can carry it ({why})"
+            return Finding("committed_streams_not_replayed", f"asked {name} to continue: {said}")
         if not (policy.continues and action.target.continues):
             return Finding(
                 "committed_streams_not_replayed",
@@ -503,10 +499,7 @@ def secrets_never_leak(rec: TransitionRecord) -> Finding | None:
     elif cls is Wait:
         parts.append(action.reason)  # type: ignore[union-attr]
     text = "\x00".join(parts)
-    for secret in rec.ctx.secrets:
-        if secret in text:
-            break
-    else:
+    if not any(secret in text for secret in rec.ctx.secrets):
         return None
     leak = rec.ctx.leak
     m = leak.search(text)
